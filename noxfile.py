@@ -1,0 +1,148 @@
+"""nox sessions: tests, tests-isaac, lint, typecheck, demo, bench, chaos, docs.
+
+Every session installs from the pinned files in requirements/, so a fresh machine
+gets the same versions. System packages (EGL/OSMesa for rendering) come from
+scripts/bootstrap.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+import nox
+
+nox.options.error_on_missing_interpreters = True
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["lint", "typecheck", "tests", "tests-isaac", "docs"]
+
+PY311 = "3.11"
+
+
+def _python312() -> str:
+    """Python 3.12 for Isaac Lab: on PATH, else pyenv's install."""
+    if shutil.which("python3.12"):
+        probe = os.popen("python3.12 --version 2>/dev/null").read()
+        if probe.startswith("Python 3.12"):
+            return "3.12"
+    found = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))
+    return found[-1] if found else "3.12"
+
+
+PY312 = _python312()
+
+PACKAGES = ["packages/core", "packages/ray-worker", "packages/backend-libero"]
+TEST_PLUGINS = ["tests/plugins/envfleet-toy", "tests/plugins/envfleet-broken"]
+RENDER_ENV = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
+
+
+def _install_project(session: nox.Session, extra: list[str] | None = None) -> None:
+    session.install("-r", "requirements/py311.txt")
+    # Dependencies come from the pins above; the project itself is installed without resolving again.
+    args = []
+    for path in [*PACKAGES, *TEST_PLUGINS, *(extra or [])]:
+        args += ["-e", path]
+    session.install("--no-deps", *args)
+
+
+@nox.session(python=PY311)
+def tests(session: nox.Session) -> None:
+    """Everything that runs on Python 3.11 (core, toy, ray-worker, LIBERO, reliability)."""
+    _install_project(session)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests",
+        "--ignore=tests/isaac",
+        "-p",
+        "no:cacheprovider",
+        "--timeout=900",
+        "-ra",
+        *session.posargs,
+        env=RENDER_ENV,
+    )
+
+
+@nox.session(name="tests-isaac", python=PY312)
+def tests_isaac(session: nox.Session) -> None:
+    """The Isaac backend on Isaac Lab 3.0 kit-less, CPU (Python 3.12)."""
+    req = "requirements/isaac-py312.txt"
+    if not os.path.exists(req) or not os.path.isdir("packages/backend-isaac/src/envfleet_isaac"):
+        session.skip("the Isaac backend is not in this checkout yet")
+    session.install("-r", req)
+    session.install(
+        "--no-deps", "-e", "packages/core", "-e", "packages/ray-worker", "-e", "packages/backend-isaac", "-e", "tests/plugins/envfleet-toy"
+    )
+    warp_cache = os.path.join(session.cache_dir, "warp")
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests/isaac",
+        "-p",
+        "no:cacheprovider",
+        "--timeout=1500",
+        "-ra",
+        *session.posargs,
+        env={"WARP_CACHE_PATH": warp_cache, "OMNI_KIT_ACCEPT_EULA": "YES"},
+    )
+
+
+@nox.session(python=PY311)
+def lint(session: nox.Session) -> None:
+    """ruff."""
+    session.install("-r", "requirements/lint.txt")
+    session.run("ruff", "check", "packages", "tests", "noxfile.py", "bench")
+    session.run("ruff", "format", "--check", "packages", "tests", "noxfile.py", "bench")
+
+
+@nox.session(python=PY311)
+def typecheck(session: nox.Session) -> None:
+    """mypy on the packages."""
+    _install_project(session)
+    session.install("-r", "requirements/lint.txt")
+    session.run("mypy", "packages/core/src/envfleet", "packages/ray-worker/src/envfleet_ray", "packages/backend-libero/src/envfleet_libero")
+
+
+@nox.session(python=PY311)
+def demo(session: nox.Session) -> None:
+    """The main job: a pipelined LIBERO rollout on a local Ray (1 worker, 2 stages, 2 envs per stage, video)."""
+    _install_project(session)
+    args = session.posargs or ["--config", "examples/libero_demo.yaml", "--steps", "8", "--out", "runs/demo"]
+    session.run("envfleet", "rollout", *args, env={**RENDER_ENV, "ENVFLEET_PROGRESS": "1"})
+
+
+@nox.session(python=PY311)
+def bench(session: nox.Session) -> None:
+    """Benchmarks: prints the figures and writes docs/benchmarks/*.json and plots."""
+    _install_project(session)
+    session.run("python", "bench/run.py", *session.posargs, env=RENDER_ENV)
+
+
+@nox.session(python=PY311)
+def chaos(session: nox.Session) -> None:
+    """Long fault injection and soak, with the figures written to docs/reliability.md."""
+    _install_project(session)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests/reliability",
+        "-p",
+        "no:cacheprovider",
+        "--timeout=5400",
+        "-ra",
+        "-s",
+        *session.posargs,
+        env={**RENDER_ENV, "ENVFLEET_CHAOS": "1"},
+    )
+
+
+@nox.session(python=PY311)
+def docs(session: nox.Session) -> None:
+    """The documentation site, strict (a broken link or reference fails)."""
+    _install_project(session)
+    session.install("-r", "requirements/docs.txt")
+    session.run("mkdocs", "build", "--strict", "--site-dir", os.path.join(session.cache_dir, "site"))

@@ -1,0 +1,351 @@
+"""Configuration: OmegaConf structured schemas in verl's env-config layout.
+
+A verl env yaml loads as it is (the ``env:`` level of a full verl trainer config is
+unwrapped). A backend's own keys live in ``train.<backend>`` and are validated
+against the dataclass the backend registers. Every unknown key, wrong type or bad
+value is a :class:`~envfleet.errors.ConfigError` naming the dotted key, what was
+expected and, for a misspelling, the closest valid key, before any process starts.
+
+>>> cfg = load_config(data={"train": {"simulator_type": "toy"}}, overrides=["train.num_envs=2"])  # doctest: +SKIP
+>>> cfg.train.num_envs  # doctest: +SKIP
+2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from .errors import ConfigError
+
+__all__ = [
+    "InitParamsConfig",
+    "VideoConfig",
+    "EnvConfig",
+    "RolloutConfig",
+    "ModelConfig",
+    "ActorConfig",
+    "EnvFleetConfig",
+    "RENDER_MODES",
+    "ACTION_TRANSFORMS",
+    "load_config",
+    "parse_overrides",
+]
+
+RENDER_MODES = ("last", "all")
+ACTION_TRANSFORMS = ("none", "openvla")
+
+
+@dataclass
+class InitParamsConfig:
+    """Camera set-up, as in verl's ``train.init_params``."""
+
+    camera_depths: bool = False  # accepted for verl compatibility; depth is not produced
+    camera_heights: int = 256  # image height in pixels
+    camera_widths: int = 256  # image width in pixels
+    # camera names; the first gives full_image, the second (if any) wrist_image
+    camera_names: list[str] = field(default_factory=lambda: ["agentview", "robot0_eye_in_hand"])
+
+
+@dataclass
+class VideoConfig:
+    """Video recording of a stage's envs, as in verl's ``train.video_cfg``."""
+
+    save_video: bool = False  # record a tiled video of every stage's envs
+    video_base_dir: str = "videos"  # videos go to {video_base_dir}/rank_{rank}/{subdir}/{n}.mp4
+    fps: int = 10  # frames per second of the written files
+    max_frames: int = 4000  # frames kept per stage before flush_video(); older ones are dropped
+
+
+@dataclass
+class EnvConfig:
+    """One env section (``train`` or ``val``). Keys verl has stay where verl has them."""
+
+    simulator_type: str = MISSING  # a registered backend name (see `envfleet backends`)
+    task_suite_name: str | None = None  # LIBERO suite: libero_spatial, libero_object, libero_goal, libero_10, libero_90
+    task_name: str | None = None  # Isaac Lab: a registered gymnasium task id
+    env_id: str | None = None  # verl's Isaac key; used as task_name when that is unset
+    num_envs: int = 4  # envs per stage, per worker
+    max_episode_steps: int | None = None  # null: the backend's (suite's) own horizon
+    seed: int = 42  # base seed; each worker and stage derives its own
+    reward_coef: float = 1.0  # reward given on success
+    auto_reset: bool = False  # reset finished envs at the end of a chunk to the next state id
+    ignore_terminations: bool = False  # keep stepping after success (termination still reported)
+    render: str = "last"  # last: render only the last sub-step of a chunk; all: every sub-step
+    device: str = "cpu"  # simulation device, for backends that have one (Isaac)
+    flip_images: bool = True  # rotate images 180 degrees, as VLA pipelines feed LIBERO
+    action_transform: str = "none"  # none, or openvla (gripper [0,1] -> [-1,1], sign, flip)
+    settle_steps: int = 10  # no-op steps after a reset, before the first observation
+    step_timeout_s: float = 120.0  # a shard that takes longer for one call is killed and rebuilt
+    start_timeout_s: float = 300.0  # deadline for a shard to build its simulator
+    max_restarts: int = 3  # restarts of one shard allowed within restart_window_s
+    restart_window_s: float = 600.0  # window over which restarts are counted
+    init_params: InitParamsConfig = field(default_factory=InitParamsConfig)
+    video_cfg: VideoConfig = field(default_factory=VideoConfig)
+    # Accepted so that a verl env yaml loads; envfleet does not use them.
+    only_eval: bool = False
+    isaac_server_mode: bool = False
+    server_mode_env_workers: int = 1
+    num_isaac_servers: int = 1
+    num_tasks: int | None = None
+    group_size: int | None = None
+    original_env_worker_count: int | None = None
+    total_trajs: int | None = None
+    profiler: Any = None
+
+
+@dataclass
+class RolloutConfig:
+    """Pipelining."""
+
+    pipeline_stage_num: int = 1  # stages per worker; stage s steps while the policy serves the others
+
+
+@dataclass
+class ModelConfig:
+    """What the policy emits."""
+
+    num_action_chunks: int = 8  # sub-steps per chunk_step
+    action_dim: int = 7  # size of one action
+
+
+@dataclass
+class ActorConfig:
+    """verl's ``actor`` section (only ``model`` is read)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+
+
+@dataclass
+class EnvFleetConfig:
+    """The whole config. ``val`` defaults to a copy of ``train``."""
+
+    train: EnvConfig = field(default_factory=EnvConfig)
+    val: EnvConfig | None = None
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    disagg_sim: Any = None  # verl key, accepted and unused
+
+
+def parse_overrides(overrides: Sequence[str]) -> DictConfig:
+    """Turn ``["a.b=1", "c=[1,2]"]`` into a DictConfig (values parsed as YAML, never as code)."""
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise ConfigError(f"override {item!r} is not of the form key=value (for example train.num_envs=2)")
+    try:
+        return OmegaConf.from_dotlist(list(overrides))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"cannot parse overrides {list(overrides)}: {exc}") from None
+
+
+def _fields(schema: type) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(schema)}
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in args) + " or null"
+    if origin is list:
+        (arg,) = typing.get_args(tp) or (Any,)
+        return f"list of {_type_name(arg)}"
+    if origin is dict:
+        return "mapping"
+    if dataclasses.is_dataclass(tp):
+        return "mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _check_keys(data: Any, schema: type, prefix: str) -> None:
+    """Unknown keys anywhere under ``data`` -> ConfigError with the dotted key and a suggestion."""
+    if not isinstance(data, (Mapping, DictConfig)):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__} {data!r}")
+    hints = typing.get_type_hints(schema)
+    valid = list(_fields(schema))
+    for key in data:
+        if key not in valid:
+            close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
+            hint = f" Did you mean '{prefix}{close[0]}'?" if close else f" Valid keys: {', '.join(valid)}."
+            raise ConfigError(f"unknown config key '{prefix}{key}'.{hint}")
+        sub = hints[key]
+        for candidate in (sub, *typing.get_args(sub)):
+            if dataclasses.is_dataclass(candidate):
+                value = data[key]
+                if value is not None:
+                    _check_keys(value, candidate, f"{prefix}{key}.")  # type: ignore[arg-type]
+                break
+
+
+def _merge(schema: type, prefix: str, *layers: Any) -> DictConfig:
+    for layer in layers:
+        _check_keys(layer, schema, prefix)
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(schema), *layers)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or ""
+        hints = typing.get_type_hints(schema)
+        top = str(key).split(".")[0].split("[")[0]
+        expected = _type_name(hints[top]) if top in hints and "." not in str(key) else "the schema's type"
+        message = str(exc).splitlines()[0]
+        raise ConfigError(f"config key '{prefix}{key}' has a wrong value: {message} (expected {expected})") from None
+    assert isinstance(merged, DictConfig)
+    return merged
+
+
+def _check_missing(cfg: DictConfig, prefix: str) -> None:
+    for key in cfg:
+        if OmegaConf.is_missing(cfg, key):
+            raise ConfigError(f"config key '{prefix}{key}' is required and has no value")
+
+
+def _check_values(section: DictConfig, prefix: str) -> None:
+    if section.render not in RENDER_MODES:
+        raise ConfigError(f"config key '{prefix}render' must be one of {list(RENDER_MODES)}, got {section.render!r}")
+    if section.action_transform not in ACTION_TRANSFORMS:
+        raise ConfigError(
+            f"config key '{prefix}action_transform' must be one of {list(ACTION_TRANSFORMS)}, got {section.action_transform!r}"
+        )
+    positive = ("num_envs", "step_timeout_s", "start_timeout_s", "restart_window_s")
+    for key in positive:
+        if section[key] <= 0:
+            raise ConfigError(f"config key '{prefix}{key}' must be > 0, got {section[key]!r}")
+    for key in ("settle_steps", "max_restarts"):
+        if section[key] < 0:
+            raise ConfigError(f"config key '{prefix}{key}' must be >= 0, got {section[key]!r}")
+    if section.max_episode_steps is not None and section.max_episode_steps <= 0:
+        raise ConfigError(f"config key '{prefix}max_episode_steps' must be > 0 or null, got {section.max_episode_steps!r}")
+    ip = section.init_params
+    if ip.camera_heights <= 0 or ip.camera_widths <= 0:
+        raise ConfigError(
+            f"config keys '{prefix}init_params.camera_heights/widths' must be > 0, got {ip.camera_heights}x{ip.camera_widths}"
+        )
+
+
+def _load_section(name: str, user: Any, lookup: Callable[[str], Any], known_backends: Sequence[str]) -> dict[str, Any]:
+    prefix = f"{name}."
+    if not isinstance(user, (Mapping, DictConfig)):
+        raise ConfigError(f"config section '{name}' must be a mapping, got {type(user).__name__}")
+    user = (
+        OmegaConf.to_container(OmegaConf.create(user), resolve=False)
+        if isinstance(user, Mapping)
+        else OmegaConf.to_container(user, resolve=False)
+    )
+    assert isinstance(user, dict)
+    simulator = user.get("simulator_type")
+    if simulator is None or simulator == MISSING or simulator == "???":
+        raise ConfigError(f"config key '{prefix}simulator_type' is required: name a backend (see `envfleet backends`)")
+    if not isinstance(simulator, str):
+        raise ConfigError(f"config key '{prefix}simulator_type' must be a string, got {simulator!r}")
+    spec = lookup(simulator)  # raises UnknownBackendError listing what is installed
+    backend_section = user.pop(simulator, None)
+    for other in known_backends:
+        if other != simulator and other in user:
+            raise ConfigError(
+                f"config section '{prefix}{other}' is for backend {other!r}, but {prefix}simulator_type is {simulator!r}; "
+                f"rename it to '{prefix}{simulator}' or remove it"
+            )
+    defaults = dict(spec.defaults or {})
+    core = _merge(EnvConfig, prefix, defaults, user)
+    _check_missing(core, prefix)
+    _check_values(core, prefix)
+    out = OmegaConf.to_container(core, resolve=False)
+    assert isinstance(out, dict)
+    schema = spec.config_schema
+    if schema is not None:
+        section = _merge(schema, f"{prefix}{simulator}.", backend_section or {})
+        _check_missing(section, f"{prefix}{simulator}.")
+        out[simulator] = OmegaConf.to_container(section, resolve=False)
+    elif backend_section:
+        raise ConfigError(f"config section '{prefix}{simulator}' given, but backend {simulator!r} has no options of its own")
+    else:
+        out[simulator] = {}
+    return out
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Sequence[str] = (),
+    *,
+    data: Mapping[str, Any] | DictConfig | None = None,
+    backend_lookup: Callable[[str], Any] | None = None,
+) -> DictConfig:
+    """Load, merge and validate a config.
+
+    :param path: a YAML file in verl's env layout (``train:``, ``val:``, ``rollout:``, ``actor:``),
+        or a whole verl trainer config with those under ``env:``.
+    :param overrides: ``key=value`` strings applied last (``train.num_envs=2``).
+    :param data: a dict used as the base instead of (or before) ``path``.
+    :param backend_lookup: name -> BackendSpec; defaults to the plugin registry.
+    :returns: a read-only DictConfig; ``cfg.train[cfg.train.simulator_type]`` holds the backend's section.
+    :raises ConfigError: naming the key, what was expected and, for a typo, the closest key.
+    """
+    from .plugins import get_backend, list_backends
+
+    lookup = backend_lookup or get_backend
+    known = list(list_backends()) if backend_lookup is None else []
+    layers: list[Any] = []
+    if data is not None:
+        layers.append(OmegaConf.create(dict(data) if isinstance(data, Mapping) else data))
+    if path is not None:
+        if not os.path.isfile(path):
+            raise ConfigError(f"config file not found: {os.fspath(path)!r} (expected a YAML file in verl's env layout)")
+        try:
+            loaded = OmegaConf.load(path)
+        except Exception as exc:
+            raise ConfigError(f"config file {os.fspath(path)!r} is not valid YAML: {exc}") from None
+        if not isinstance(loaded, DictConfig):
+            raise ConfigError(f"config file {os.fspath(path)!r} must hold a mapping at the top level")
+        layers.append(loaded)
+    layers.append(parse_overrides(overrides))
+    for i, layer in enumerate(layers):
+        if "env" in layer and "train" not in layer:  # a whole verl trainer config
+            layers[i] = layer.env
+    try:
+        user = OmegaConf.merge(*layers) if layers else OmegaConf.create({})
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"cannot merge config: {exc}") from None
+    assert isinstance(user, DictConfig)
+    top = {k: v for k, v in user.items() if k not in ("train", "val")}
+    _check_keys(top, EnvFleetConfig, "")
+    rest = _merge(EnvFleetConfig, "", top)
+    if "train" not in user:
+        raise ConfigError("config section 'train' is required (at least train.simulator_type)")
+    result: dict[str, Any] = {"train": _load_section("train", user.train, lookup, known)}
+    if user.get("val") is not None:
+        val_user = OmegaConf.merge(OmegaConf.create({k: v for k, v in user.train.items()}), user.val)
+        result["val"] = _load_section("val", val_user, lookup, known)
+    else:
+        result["val"] = result["train"]
+    rest_c = OmegaConf.to_container(rest, resolve=False)
+    assert isinstance(rest_c, dict)
+    for key in ("rollout", "actor", "disagg_sim"):
+        result[key] = rest_c[key]
+    if result["rollout"]["pipeline_stage_num"] < 1:
+        raise ConfigError(f"config key 'rollout.pipeline_stage_num' must be >= 1, got {result['rollout']['pipeline_stage_num']}")
+    model = result["actor"]["model"]
+    if model["num_action_chunks"] < 1 or model["action_dim"] < 1:
+        raise ConfigError(f"config keys 'actor.model.num_action_chunks' and 'actor.model.action_dim' must be >= 1, got {model}")
+    for section in ("train", "val"):
+        spec = lookup(result[section]["simulator_type"])
+        if spec.action_dim is not None and spec.action_dim != model["action_dim"]:
+            raise ConfigError(
+                f"config key 'actor.model.action_dim' is {model['action_dim']}, but backend {spec.name!r} takes actions of size {spec.action_dim}"
+            )
+    cfg = OmegaConf.create(result)
+    OmegaConf.set_readonly(cfg, True)
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def to_yaml(cfg: DictConfig | ListConfig) -> str:
+    """The config as YAML text (what the shard processes receive)."""
+    return OmegaConf.to_yaml(cfg)

@@ -1,0 +1,178 @@
+"""Episode bookkeeping shared by backends: flags, rewards, finished envs, auto-reset.
+
+The semantics every backend follows (documented in docs/concepts.md):
+
+- A sub-step whose success check passes is a *termination*; the reward is
+  ``reward_coef`` at that sub-step (0 otherwise).
+- When an episode's length reaches ``max_episode_steps`` the sub-step is a *truncation*.
+- An env whose episode ended (termination, unless ``ignore_terminations``, or
+  truncation) is *finished*: it is not simulated any more, its reward is 0 and the
+  flag that ended it stays True on every later sub-step, until its next reset.
+- With ``auto_reset``, finished envs are reset at the end of the chunk to the next
+  state id of a seeded cycle; the infos of that chunk still describe the episode
+  that ended, and ``reset_state_id`` says where each env went (-1: not reset).
+
+Infos per env at the end of each chunk: ``success_once``, ``episode_return``,
+``episode_length``, ``state_id``, ``task_id``, ``episode_done`` (finished now),
+``episode_ended`` (finished during this chunk) and ``reset_state_id``.
+
+A backend calls :meth:`EpisodeTracker.begin` on reset, :meth:`EpisodeTracker.active`
+before each sub-step (simulate only those envs), :meth:`EpisodeTracker.record` after
+it, and :meth:`EpisodeTracker.end_chunk` after the last one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["EpisodeTracker", "StateCycle", "ChunkFlags"]
+
+
+class StateCycle:
+    """A seeded, endless walk over state ids, one independent walk per env.
+
+    The walk of env ``i`` depends only on ``(seed, rank, stage_id, env index)``, not on
+    how envs are split over processes.
+    """
+
+    def __init__(self, state_ids: np.ndarray, seed: int, rank: int, stage_id: int, env_indices: np.ndarray) -> None:
+        self._ids = np.asarray(state_ids, dtype=np.int64)
+        if self._ids.size == 0:
+            raise ValueError("StateCycle needs at least one state id")
+        self._orders = [
+            np.random.default_rng([int(seed), int(rank), int(stage_id), int(e)]).permutation(self._ids.size) for e in env_indices
+        ]
+        self._pos = np.zeros(len(self._orders), dtype=np.int64)
+
+    def next(self, env: int) -> int:
+        """The next state id for local env ``env``."""
+        order = self._orders[env]
+        value = int(self._ids[order[self._pos[env] % order.size]])
+        self._pos[env] += 1
+        return value
+
+    def get_state(self) -> np.ndarray:
+        """Positions of each env's walk."""
+        return self._pos.copy()
+
+    def load_state(self, pos: np.ndarray) -> None:
+        """Restore :meth:`get_state`."""
+        self._pos = np.asarray(pos, dtype=np.int64).copy()
+
+
+@dataclass
+class ChunkFlags:
+    """The per-sub-step outputs of one chunk and the envs that finished in it."""
+
+    rewards: np.ndarray  # float32 [n, chunk]
+    terminations: np.ndarray  # bool [n, chunk]
+    truncations: np.ndarray  # bool [n, chunk]
+    ended: np.ndarray  # bool [n]: episode ended during this chunk
+    infos: dict[str, np.ndarray]
+
+
+class EpisodeTracker:
+    """Tracks the episode of each of ``num_envs`` envs. See the module doc."""
+
+    def __init__(
+        self,
+        num_envs: int,
+        max_episode_steps: int,
+        reward_coef: float = 1.0,
+        ignore_terminations: bool = False,
+    ) -> None:
+        self.n = int(num_envs)
+        self.max_episode_steps = int(max_episode_steps)
+        self.reward_coef = float(reward_coef)
+        self.ignore_terminations = bool(ignore_terminations)
+        self.state_ids = np.full(self.n, -1, dtype=np.int64)
+        self.task_ids = np.full(self.n, -1, dtype=np.int64)
+        self.length = np.zeros(self.n, dtype=np.int64)
+        self.ret = np.zeros(self.n, dtype=np.float32)
+        self.success_once = np.zeros(self.n, dtype=bool)
+        self.done = np.ones(self.n, dtype=bool)  # nothing to simulate before the first reset
+        self.end_term = np.zeros(self.n, dtype=bool)
+        self.end_trunc = np.zeros(self.n, dtype=bool)
+        self._chunk: ChunkFlags | None = None
+
+    def begin(self, envs: np.ndarray | slice, state_ids: np.ndarray, task_ids: np.ndarray) -> None:
+        """Start new episodes for ``envs`` (indices or a slice)."""
+        self.state_ids[envs] = state_ids
+        self.task_ids[envs] = task_ids
+        self.length[envs] = 0
+        self.ret[envs] = 0.0
+        self.success_once[envs] = False
+        self.done[envs] = False
+        self.end_term[envs] = False
+        self.end_trunc[envs] = False
+
+    def active(self) -> np.ndarray:
+        """Bool mask of the envs to simulate at the next sub-step."""
+        return ~self.done
+
+    def start_chunk(self, chunk: int) -> None:
+        """Prepare the flag arrays for a chunk of ``chunk`` sub-steps."""
+        self._chunk = ChunkFlags(
+            rewards=np.zeros((self.n, chunk), dtype=np.float32),
+            terminations=np.zeros((self.n, chunk), dtype=bool),
+            truncations=np.zeros((self.n, chunk), dtype=bool),
+            ended=np.zeros(self.n, dtype=bool),
+            infos={},
+        )
+
+    def record(self, k: int, simulated: np.ndarray, success: np.ndarray) -> None:
+        """Account sub-step ``k``: ``simulated`` envs ran it and ``success`` says which succeeded."""
+        c = self._chunk
+        assert c is not None, "start_chunk() first"
+        finished = ~simulated
+        c.terminations[finished, k] = self.end_term[finished]
+        c.truncations[finished, k] = self.end_trunc[finished]
+        idx = np.nonzero(simulated)[0]
+        if idx.size == 0:
+            return
+        succ = np.asarray(success, dtype=bool)[idx]
+        self.length[idx] += 1
+        reward = np.where(succ, self.reward_coef, 0.0).astype(np.float32)
+        self.ret[idx] += reward
+        self.success_once[idx] |= succ
+        trunc = self.length[idx] >= self.max_episode_steps
+        c.rewards[idx, k] = reward
+        c.terminations[idx, k] = succ
+        c.truncations[idx, k] = trunc
+        ends = trunc | (succ & (not self.ignore_terminations))
+        ended = idx[ends]
+        self.done[ended] = True
+        self.end_term[ended] = succ[ends] & (not self.ignore_terminations)
+        self.end_trunc[ended] = trunc[ends]
+        c.ended[ended] = True
+
+    def end_chunk(self) -> ChunkFlags:
+        """Finish the chunk: flags, which envs ended, and per-env episode infos."""
+        c = self._chunk
+        assert c is not None, "start_chunk() first"
+        self._chunk = None
+        c.infos = {
+            "success_once": self.success_once.copy(),
+            "episode_return": self.ret.copy(),
+            "episode_length": self.length.copy(),
+            "state_id": self.state_ids.copy(),
+            "task_id": self.task_ids.copy(),
+            "episode_done": self.done.copy(),
+            "episode_ended": c.ended.copy(),
+            "reset_state_id": np.full(self.n, -1, dtype=np.int64),
+        }
+        return c
+
+    def get_state(self) -> dict[str, Any]:
+        """Counters, for offload."""
+        return {
+            k: getattr(self, k).copy() for k in ("state_ids", "task_ids", "length", "ret", "success_once", "done", "end_term", "end_trunc")
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_state`."""
+        for key, value in state.items():
+            setattr(self, key, np.array(value, copy=True))

@@ -1,0 +1,73 @@
+"""The exceptions envfleet raises.
+
+Each one subclasses the builtin a caller would naturally catch (``KeyError`` for
+an unknown name, ``ValueError`` for a bad input, ``RuntimeError`` for a simulator
+that failed), so existing ``except`` clauses keep working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EnvFleetError",
+    "ConfigError",
+    "UnknownBackendError",
+    "PluginLoadError",
+    "InvalidInputError",
+    "EnvFleetSimulatorError",
+    "SimulatorCrashedError",
+    "RestartLimitError",
+    "WorkerDiedError",
+]
+
+
+class EnvFleetError(Exception):
+    """Base class of every error envfleet raises on purpose."""
+
+
+class ConfigError(EnvFleetError, ValueError):
+    """A config key is unknown, misspelt, of the wrong type or inconsistent.
+
+    The message names the key (dotted path) and what was expected.
+    """
+
+
+class UnknownBackendError(EnvFleetError, KeyError):
+    """``get_backend(name)`` was asked for a backend nobody registered."""
+
+    def __str__(self) -> str:  # KeyError would wrap the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+class PluginLoadError(EnvFleetError, ImportError):
+    """An entry-point plugin raised while being imported or registered."""
+
+
+class InvalidInputError(EnvFleetError, ValueError):
+    """An argument to an env call has the wrong shape, dtype or value.
+
+    Raised before anything reaches a simulator, so the env stays usable.
+    """
+
+
+class EnvFleetSimulatorError(EnvFleetError, RuntimeError):
+    """A Python exception raised inside a simulator (possibly in another process).
+
+    ``remote_traceback`` holds the traceback text from the process that raised it.
+    """
+
+    def __init__(self, message: str, remote_traceback: str = "") -> None:
+        full = message if not remote_traceback else f"{message}\n\n--- simulator traceback ---\n{remote_traceback}"
+        super().__init__(full)
+        self.remote_traceback = remote_traceback
+
+
+class SimulatorCrashedError(EnvFleetError, RuntimeError):
+    """A simulator process died or hung (internal: the manager recovers from it)."""
+
+
+class RestartLimitError(EnvFleetError, RuntimeError):
+    """A shard crashed or hung more often than ``train.max_restarts`` allows."""
+
+
+class WorkerDiedError(EnvFleetError, RuntimeError):
+    """A Ray EnvWorker actor died; the message names its rank, node and cause."""

@@ -1,0 +1,743 @@
+"""``ProcessEnvManager``: one stage's envs as shard processes, observations through shared memory.
+
+The stage's ``num_envs`` envs are split into shards of the backend's
+``envs_per_process``; each shard is a fresh Python process
+(:mod:`envfleet.shard`) that builds its own simulator. A call is sent to every
+shard first and then awaited, so shards work in parallel. Images are written once
+by the child into shared memory owned by this object; only small arrays come back
+over the socket.
+
+A shard that dies or misses its deadline is killed, rebuilt and reset to the
+state ids its envs last reset to; the call it failed returns, for its envs, the
+fresh reset's observations, zero rewards, ``truncations`` True at the last
+sub-step and ``infos["sim_restarted"]`` True. Too many restarts in a window raise
+:class:`~envfleet.errors.RestartLimitError`.
+
+>>> mgr = ProcessEnvManager(cfg, stage_id=0)         # doctest: +SKIP
+>>> mgr.start_simulator()                            # doctest: +SKIP
+>>> mgr.reset_envs_to_state_ids(np.arange(4))        # doctest: +SKIP
+>>> out = mgr.chunk_step(np.zeros((4, 8, 7), np.float32))  # doctest: +SKIP
+>>> mgr.close()                                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from .env import ChunkStepResult, EnvContext, ResetResult
+from .errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
+from .plugins import BackendSpec, get_backend
+from .shm import ShmBlock, ShmLayout
+
+__all__ = ["ProcessEnvManager", "ManagerStats", "validate_actions"]
+
+log = logging.getLogger(__name__)
+
+_STDERR_TAIL_LINES = 20
+
+
+@dataclass
+class ManagerStats:
+    """Where one stage's time went, and how often shards were restarted."""
+
+    calls: int = 0
+    wall_s: float = 0.0  # total time inside chunk_step / reset calls
+    sim_s: float = 0.0  # of which the slowest shard spent inside the simulator
+    restarts: int = 0
+    restart_log: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def transfer_s(self) -> float:
+        """Time not spent in the simulator: messaging, shared-memory copies, bookkeeping."""
+        return max(self.wall_s - self.sim_s, 0.0)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain numbers, for metrics."""
+        return {"calls": self.calls, "wall_s": self.wall_s, "sim_s": self.sim_s, "transfer_s": self.transfer_s, "restarts": self.restarts}
+
+
+class _ShardDied(Exception):
+    def __init__(self, how: str) -> None:
+        super().__init__(how)
+        self.how = how
+
+
+class _Shard:
+    """Parent-side handle of one shard process."""
+
+    def __init__(self, index: int, env_slice: slice, layout: ShmLayout, log_dir: str) -> None:
+        self.index = index
+        self.env_slice = env_slice
+        self.num_envs = env_slice.stop - env_slice.start
+        self.layout = layout
+        self.block: ShmBlock | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.conn: Connection | None = None
+        self.log_path = os.path.join(log_dir, f"shard{index}.log")
+        self.restarts: collections.deque[float] = collections.deque()
+        self.last_reset: tuple[np.ndarray, np.ndarray | None] | None = None
+        self.saved_state: Any = None
+        self.pending: str | None = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def exit_description(self) -> str:
+        if self.proc is None:
+            return "not started"
+        code = self.proc.poll()
+        if code is None:
+            return "running"
+        if code < 0:
+            try:
+                return f"killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exited with code {code}"
+
+    def stderr_tail(self, lines: int = _STDERR_TAIL_LINES) -> str:
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                fh.seek(max(size - 16384, 0))
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class _Resources:
+    """Everything that must go when the manager goes; used by close() and by GC."""
+
+    def __init__(self) -> None:
+        self.shards: list[_Shard] = []
+        self.log_dir = tempfile.mkdtemp(prefix="envfleet_logs_")
+
+    def kill_shard(self, shard: _Shard, graceful: bool = False) -> None:
+        proc, conn = shard.proc, shard.conn
+        if proc is not None and proc.poll() is None and graceful and conn is not None:
+            try:
+                conn.send(("close", {}))
+                if conn.poll(5.0):
+                    conn.recv()
+                proc.wait(timeout=5.0)
+            except Exception:
+                pass
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            try:
+                proc.wait(timeout=10.0)
+            except subprocess.TimeoutExpired:  # pragma: no cover - a process in D state
+                pass
+        if conn is not None:
+            try:
+                conn.close()
+            except OSError:
+                pass
+        shard.proc = None
+        shard.conn = None
+        shard.pending = None
+
+    def free_shard(self, shard: _Shard, graceful: bool = False) -> None:
+        self.kill_shard(shard, graceful)
+        if shard.block is not None:
+            shard.block.close()
+            shard.block = None
+
+    def cleanup(self) -> None:
+        for shard in self.shards:
+            self.free_shard(shard)
+        shutil.rmtree(self.log_dir, ignore_errors=True)
+
+
+def validate_actions(actions: Any, num_envs: int, chunk: int, action_dim: int) -> np.ndarray:
+    """Check actions are a finite float array ``[num_envs, chunk, action_dim]``; return float32.
+
+    :raises InvalidInputError: saying what was expected and what came.
+    """
+    if hasattr(actions, "detach") and hasattr(actions, "cpu"):  # a torch tensor
+        actions = actions.detach().cpu().numpy()
+    if not isinstance(actions, np.ndarray):
+        raise InvalidInputError(f"actions must be a numpy array [num_envs, chunk, action_dim], got {type(actions).__name__}")
+    expected = (num_envs, chunk, action_dim)
+    if actions.shape != expected:
+        raise InvalidInputError(
+            f"actions must have shape [num_envs={num_envs}, chunk={chunk}, action_dim={action_dim}], got {list(actions.shape)}"
+        )
+    if actions.dtype.kind != "f":
+        raise InvalidInputError(f"actions must have a float dtype (float32 expected), got {actions.dtype}")
+    finite = np.isfinite(actions)
+    if not finite.all():
+        env, k, d = (int(x) for x in np.argwhere(~finite)[0])
+        raise InvalidInputError(
+            f"actions must be finite: actions[{env}, {k}, {d}] is {actions[env, k, d]} ({int((~finite).sum())} non-finite values)"
+        )
+    return np.ascontiguousarray(actions, dtype=np.float32)
+
+
+def _as_ids(name: str, ids: Any, n: int) -> np.ndarray:
+    if hasattr(ids, "detach") and hasattr(ids, "cpu"):
+        ids = ids.detach().cpu().numpy()
+    arr = np.asarray(ids)
+    if arr.shape != (n,):
+        raise InvalidInputError(f"{name} must have shape ({n},) (one per env of the stage), got {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise InvalidInputError(f"{name} must be integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64)
+
+
+class ProcessEnvManager:
+    """Runs one stage's envs out of process. Same call surface as :class:`~envfleet.env.Env`.
+
+    :param cfg: the full config from :func:`~envfleet.config.load_config`.
+    :param stage_id: which pipeline stage this manager serves.
+    :param rank: the worker rank (for seeds, video paths and messages).
+    :param mode: ``"train"`` or ``"val"``: which env section to use.
+    :param backend: a :class:`~envfleet.plugins.BackendSpec`; looked up from
+        ``simulator_type`` when omitted.
+    """
+
+    def __init__(
+        self,
+        cfg: DictConfig,
+        stage_id: int = 0,
+        rank: int = 0,
+        mode: str = "train",
+        backend: BackendSpec | None = None,
+    ) -> None:
+        if mode not in ("train", "val"):
+            raise ValueError(f"mode must be 'train' or 'val', got {mode!r}")
+        self.cfg = cfg
+        self.env_cfg = cfg[mode]
+        self.stage_id = int(stage_id)
+        self.rank = int(rank)
+        self.mode = mode
+        self.spec = backend or get_backend(self.env_cfg.simulator_type)
+        self.num_envs = int(self.env_cfg.num_envs)
+        self.num_action_chunks = int(cfg.actor.model.num_action_chunks)
+        self.action_dim = int(cfg.actor.model.action_dim)
+        self.obs_spec = self.spec.obs_spec(self.env_cfg, self.num_envs)
+        self.step_timeout_s = float(self.env_cfg.step_timeout_s)
+        self.start_timeout_s = float(self.env_cfg.start_timeout_s)
+        self.max_restarts = int(self.env_cfg.max_restarts)
+        self.restart_window_s = float(self.env_cfg.restart_window_s)
+        self.stats = ManagerStats()
+        self.supports_state = False
+        self._state_ids: np.ndarray | None = None
+        self._state_tasks: dict[int, int] = {}
+        self._lock = threading.RLock()
+        self._running = False
+        self._closed = False
+        self._info_templates: dict[str, tuple[np.dtype[Any], tuple[int, ...]]] = {}
+        self._descriptions: list[str] = [""] * self.num_envs
+        self._res = _Resources()
+        self._finalizer = weakref.finalize(self, self._res.cleanup)
+        size = self.spec.shard_size(self.env_cfg, self.num_envs)
+        for index, start in enumerate(range(0, self.num_envs, size)):
+            env_slice = slice(start, min(start + size, self.num_envs))
+            layout = ShmLayout(self.obs_spec, env_slice.stop - env_slice.start)
+            self._res.shards.append(_Shard(index, env_slice, layout, self._res.log_dir))
+        self._cfg_container = OmegaConf.to_container(self.env_cfg, resolve=True)
+        self._recorder: Any = None
+        if self.env_cfg.video_cfg.save_video:
+            from .video import VideoRecorder
+
+            self._recorder = VideoRecorder(self.env_cfg.video_cfg, self.num_envs)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def shards(self) -> list[_Shard]:
+        """The shard handles (for tests and diagnostics)."""
+        return self._res.shards
+
+    @property
+    def num_shards(self) -> int:
+        """How many processes this stage runs."""
+        return len(self._res.shards)
+
+    def shard_pids(self) -> list[int | None]:
+        """The pid of each shard process (None when stopped)."""
+        return [s.proc.pid if s.proc is not None else None for s in self._res.shards]
+
+    @property
+    def running(self) -> bool:
+        """Whether the shard processes are up."""
+        return self._running
+
+    # ------------------------------------------------------------------ lifecycle
+    def start_simulator(self) -> None:
+        """Start every shard (in parallel) and restore offloaded state, if any."""
+        with self._lock:
+            self._check_open()
+            if self._running:
+                return
+            try:
+                for shard in self._res.shards:
+                    self._launch(shard)
+                self._await_init(self._res.shards)
+            except BaseException:
+                for shard in self._res.shards:
+                    self._res.free_shard(shard)
+                raise
+            self._running = True
+            saved = [s for s in self._res.shards if s.saved_state is not None]
+            if saved:
+                self._broadcast("load_state", lambda s: {"state": s.saved_state}, saved, self.step_timeout_s)
+                for s in saved:
+                    s.saved_state = None
+            elif any(s.last_reset is not None for s in self._res.shards):
+                warnings.warn(
+                    f"backend {self.spec.name!r} has no get_state(): stage {self.stage_id} restarts its episodes "
+                    "from their last reset after start_simulator()",
+                    stacklevel=2,
+                )
+                resettable = [s for s in self._res.shards if s.last_reset is not None]
+                self._broadcast(
+                    "reset", lambda s: {"state_ids": s.last_reset[0], "task_ids": s.last_reset[1]}, resettable, self.step_timeout_s
+                )
+
+    def stop_simulator(self) -> None:
+        """Offload: save each shard's state (when supported) and free its process and memory."""
+        with self._lock:
+            if not self._running:
+                return
+            if self.supports_state:
+                states = self._broadcast("get_state", lambda s: {}, self._res.shards, self.step_timeout_s)
+                for shard, state in zip(self._res.shards, states):
+                    shard.saved_state = state
+            for shard in self._res.shards:
+                self._res.free_shard(shard, graceful=True)
+            self._running = False
+
+    def close(self) -> None:
+        """Stop every shard and free all shared memory. Safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._running = False
+            for shard in self._res.shards:
+                self._res.free_shard(shard, graceful=True)
+            if self._recorder is not None:
+                self._recorder.close()
+            self._finalizer()
+
+    def __enter__(self) -> ProcessEnvManager:
+        self.start_simulator()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ Env surface
+    def get_all_state_ids(self) -> np.ndarray:
+        """Every state id the backend can reset to."""
+        self._check_running()
+        assert self._state_ids is not None
+        return self._state_ids.copy()
+
+    def get_state_task_ids(self) -> np.ndarray:
+        """The task of each id of :meth:`get_all_state_ids`."""
+        ids = self.get_all_state_ids()
+        return np.array([self._state_tasks[int(i)] for i in ids], dtype=np.int64)
+
+    def reset_envs_to_state_ids(self, state_ids: Any, task_ids: Any = None) -> ResetResult:
+        """Reset env ``i`` of the stage to ``state_ids[i]``; ``task_ids`` (optional) must match."""
+        with self._lock:
+            self._check_running()
+            state_ids = _as_ids("state_ids", state_ids, self.num_envs)
+            if task_ids is not None:
+                task_ids = _as_ids("task_ids", task_ids, self.num_envs)
+            self._check_ids(state_ids, task_ids)
+            t0 = time.perf_counter()
+            for shard in self._res.shards:
+                sl = shard.env_slice
+                shard.last_reset = (state_ids[sl].copy(), None if task_ids is None else task_ids[sl].copy())
+            replies, restarted, sim_s = self._call_all(
+                "reset", lambda s: {"state_ids": s.last_reset[0], "task_ids": s.last_reset[1]}, retry_reset=True
+            )
+            result = ResetResult(obs=self._gather_obs(), task_descriptions=[], infos={})
+            descriptions: list[str] = []
+            infos: list[dict[str, np.ndarray]] = []
+            for reply in replies:
+                descriptions += list(reply["task_descriptions"])
+                infos.append(dict(reply["infos"]))
+            result.task_descriptions = descriptions
+            self._descriptions = descriptions
+            result.infos = self._merge_infos(infos, restarted)
+            self._account(t0, sim_s)
+            if self._recorder is not None:
+                self._recorder.add(result.obs, result.infos.get("task_id"), None, None)
+            return result
+
+    def chunk_step(self, actions: Any) -> ChunkStepResult:
+        """Step every env through ``actions`` ``[num_envs, chunk, action_dim]``."""
+        with self._lock:
+            self._check_running()
+            actions = validate_actions(actions, self.num_envs, self.num_action_chunks, self.action_dim)
+            chunk = actions.shape[1]
+            t0 = time.perf_counter()
+            replies, restarted, sim_s = self._call_all("step", lambda s: {"actions": actions[s.env_slice]})
+            rewards = np.zeros((self.num_envs, chunk), dtype=np.float32)
+            terms = np.zeros((self.num_envs, chunk), dtype=bool)
+            truncs = np.zeros((self.num_envs, chunk), dtype=bool)
+            descriptions: list[str] = []
+            infos: list[dict[str, np.ndarray]] = []
+            for shard, reply in zip(self._res.shards, replies):
+                sl = shard.env_slice
+                if shard.index in restarted:
+                    truncs[sl, -1] = True
+                    descriptions += reply.get("task_descriptions", self._descriptions[sl])
+                    infos.append(dict(reply.get("infos", {})))
+                    continue
+                rewards[sl] = reply["rewards"]
+                terms[sl] = reply["terminations"]
+                truncs[sl] = reply["truncations"]
+                descriptions += list(reply["task_descriptions"])
+                infos.append(dict(reply["infos"]))
+            self._descriptions = descriptions
+            result = ChunkStepResult(
+                obs=self._gather_obs(),
+                task_descriptions=descriptions,
+                rewards=rewards,
+                terminations=terms,
+                truncations=truncs,
+                infos=self._merge_infos(infos, restarted),
+            )
+            self._account(t0, sim_s)
+            if self._recorder is not None:
+                self._recorder.add(result.obs, result.infos.get("task_id"), rewards, result.infos.get("success_once"))
+            return result
+
+    def flush_video(self, subdir: str) -> list[str]:
+        """Write the stage's recorded video to ``{video_base_dir}/rank_{rank}/{subdir}/{n}.mp4``.
+
+        Encoding happens in a background thread; the path is returned at once.
+        """
+        paths: list[str] = []
+        if self._recorder is not None:
+            base = os.path.join(str(self.env_cfg.video_cfg.video_base_dir), f"rank_{self.rank}", subdir)
+            path = self._recorder.flush(base)
+            if path:
+                paths.append(path)
+        if self._running:
+            for reply in self._broadcast("flush_video", lambda s: {"subdir": subdir}, self._res.shards, self.step_timeout_s):
+                paths += list(reply)
+        return paths
+
+    def wait_video(self) -> None:
+        """Block until every flushed video is written."""
+        if self._recorder is not None:
+            self._recorder.wait()
+
+    # ------------------------------------------------------------------ checks
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"stage {self.stage_id}: the manager is closed")
+
+    def _check_running(self) -> None:
+        self._check_open()
+        if not self._running:
+            raise RuntimeError(f"stage {self.stage_id}: the simulator is stopped; call start_simulator() (init_simulator()) first")
+
+    def _check_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None) -> None:
+        for i, sid in enumerate(state_ids):
+            if int(sid) not in self._state_tasks:
+                assert self._state_ids is not None
+                lo, hi = int(self._state_ids.min()), int(self._state_ids.max())
+                raise InvalidInputError(
+                    f"state id {int(sid)} (env {i} of stage {self.stage_id}) is unknown: expected one of the "
+                    f"{len(self._state_ids)} ids from get_all_state_ids() ({lo}..{hi})"
+                )
+            if task_ids is not None and int(task_ids[i]) != self._state_tasks[int(sid)]:
+                raise InvalidInputError(
+                    f"env {i} of stage {self.stage_id}: task id {int(task_ids[i])} does not match state id {int(sid)}, "
+                    f"which belongs to task {self._state_tasks[int(sid)]}"
+                )
+
+    # ------------------------------------------------------------------ processes
+    def _launch(self, shard: _Shard) -> None:
+        if shard.block is None:
+            shard.block = ShmBlock(shard.layout, tag=f"s{self.stage_id}_{shard.index}_")
+        parent_sock, child_sock = socket.socketpair()
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        # The child must find envfleet the way the parent does (editable installs, tests).
+        env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        with open(shard.log_path, "ab") as log_fh:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "envfleet.shard", str(child_sock.fileno()), str(os.getpid())],
+                pass_fds=(child_sock.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=log_fh,
+                stderr=log_fh,
+                env=env,
+                close_fds=True,
+            )
+        child_sock.close()
+        conn = Connection(os.dup(parent_sock.fileno()))
+        parent_sock.close()
+        shard.proc, shard.conn = proc, conn
+        factory = self.spec.env_factory if isinstance(self.spec.env_factory, str) else pickle.dumps(self.spec.env_factory)
+        ctx = EnvContext(
+            num_envs=shard.num_envs,
+            action_dim=self.action_dim,
+            num_action_chunks=self.num_action_chunks,
+            rank=self.rank,
+            stage_id=self.stage_id,
+            shard_id=shard.index,
+            env_offset=shard.env_slice.start,
+            mode=self.mode,
+        )
+        conn.send(
+            (
+                "init",
+                {
+                    "factory": factory,
+                    "cfg": self._cfg_container,
+                    "ctx": ctx.__dict__,
+                    "shm_name": shard.block.name,
+                    "layout": shard.layout.to_wire(),
+                },
+            )
+        )
+        shard.pending = "init"
+
+    def _await_init(self, shards: list[_Shard]) -> None:
+        replies = self._collect(shards, self.start_timeout_s)
+        errors = []
+        for shard, (status, payload) in zip(shards, replies):
+            if status == "ok":
+                self._on_init(payload)
+            elif status == "died":
+                errors.append(
+                    EnvFleetSimulatorError(
+                        f"stage {self.stage_id}, shard {shard.index} (envs {self._env_range(shard)}): the simulator process "
+                        f"{payload} while starting. Last lines of its output:\n{shard.stderr_tail()}"
+                    )
+                )
+            else:
+                errors.append(self._remote_error(shard, "building the env", payload))
+        if errors:
+            raise errors[0]
+
+    def _on_init(self, payload: dict[str, Any]) -> None:
+        self.supports_state = bool(payload["supports_state"])
+        if self._state_ids is None:
+            self._state_ids = payload["state_ids"]
+            self._state_tasks = {int(s): int(t) for s, t in zip(payload["state_ids"], payload["state_task_ids"])}
+
+    def _env_range(self, shard: _Shard) -> str:
+        sl = shard.env_slice
+        return f"{sl.start}" if sl.stop - sl.start == 1 else f"{sl.start}..{sl.stop - 1}"
+
+    def _remote_error(self, shard: _Shard, doing: str, payload: tuple[str, str, str]) -> Exception:
+        kind, message, tb = payload
+        if kind == "invalid":
+            return InvalidInputError(message.split(": ", 1)[-1])
+        return EnvFleetSimulatorError(
+            f"backend {self.spec.name!r} raised while {doing} (stage {self.stage_id}, shard {shard.index}, envs {self._env_range(shard)}): {message}",
+            tb,
+        )
+
+    def _collect(self, shards: list[_Shard], timeout: float) -> list[tuple[str, Any]]:
+        """Await one reply from each shard: ("ok", payload), ("err", (kind, msg, tb)) or ("died"/"hung", how)."""
+        deadline = time.monotonic() + timeout
+        results: dict[int, tuple[str, Any]] = {}
+        waiting = {s.conn: s for s in shards if s.conn is not None}
+        for s in shards:
+            if s.conn is None:
+                results[s.index] = ("died", "was not running")
+        while waiting:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            for conn in wait(list(waiting), timeout=remaining):
+                shard = waiting.pop(conn)  # type: ignore[arg-type]
+                try:
+                    reply = conn.recv()  # type: ignore[union-attr]
+                except (EOFError, OSError):
+                    try:
+                        shard.proc.wait(timeout=5.0)  # type: ignore[union-attr]
+                    except subprocess.TimeoutExpired:
+                        pass
+                    results[shard.index] = ("died", shard.exit_description())
+                    continue
+                shard.pending = None
+                if reply[0] == "ok":
+                    results[shard.index] = ("ok", reply[1])
+                    shard.sim_s = reply[2]  # type: ignore[attr-defined]
+                else:
+                    results[shard.index] = ("err", reply[1:])
+        for shard in waiting.values():
+            results[shard.index] = ("hung", f"did not answer within {timeout:g} s")
+        return [results[s.index] for s in shards]
+
+    def _broadcast(self, cmd: str, make: Any, shards: list[_Shard], timeout: float) -> list[Any]:
+        """Send ``cmd`` to ``shards`` and return payloads; errors raise (no restart)."""
+        for s in shards:
+            if s.conn is None:
+                raise EnvFleetSimulatorError(f"stage {self.stage_id}, shard {s.index}: not running")
+            s.conn.send((cmd, make(s)))
+        out = []
+        first_error: Exception | None = None
+        for shard, (status, payload) in zip(shards, self._collect(shards, timeout)):
+            if status == "ok":
+                out.append(payload)
+            elif first_error is None:
+                first_error = (
+                    self._remote_error(shard, cmd, payload)
+                    if status == "err"
+                    else EnvFleetSimulatorError(f"stage {self.stage_id}, shard {shard.index}: {cmd} failed, the process {payload}")
+                )
+        if first_error is not None:
+            raise first_error
+        return out
+
+    def _call_all(self, cmd: str, make: Any, retry_reset: bool = False) -> tuple[list[dict[str, Any]], set[int], float]:
+        """Send to all shards, then await all; restart the ones that died or hung."""
+        shards = self._res.shards
+        sent: list[_Shard] = []
+        for s in shards:
+            try:
+                assert s.conn is not None
+                s.conn.send((cmd, make(s)))
+                s.pending = cmd
+                sent.append(s)
+            except (OSError, AssertionError):
+                pass  # dead already: handled as a crash below
+        outcomes = self._collect(shards, self.step_timeout_s)
+        replies: list[dict[str, Any]] = []
+        restarted: set[int] = set()
+        first_error: Exception | None = None
+        sim_s = 0.0
+        for shard, (status, payload) in zip(shards, outcomes):
+            if status == "ok":
+                replies.append(payload)
+                sim_s = max(sim_s, getattr(shard, "sim_s", 0.0))
+            elif status == "err":
+                replies.append({})
+                if first_error is None:
+                    first_error = self._remote_error(shard, "resetting" if cmd == "reset" else "stepping", payload)
+            else:
+                reply = self._restart(shard, f"{payload} during {cmd}")
+                restarted.add(shard.index)
+                replies.append(reply)
+        if first_error is not None:
+            raise first_error
+        return replies, restarted, sim_s
+
+    def _restart(self, shard: _Shard, how: str) -> dict[str, Any]:
+        """Kill, rebuild and re-reset a shard; return its reset reply."""
+        while True:
+            exit_desc = shard.exit_description() if shard.proc is not None and shard.proc.poll() is not None else how
+            tail = shard.stderr_tail()
+            self._res.kill_shard(shard)
+            now = time.monotonic()
+            shard.restarts.append(now)
+            while shard.restarts and now - shard.restarts[0] > self.restart_window_s:
+                shard.restarts.popleft()
+            self.stats.restarts += 1
+            self.stats.restart_log.append({"stage": self.stage_id, "shard": shard.index, "cause": how, "time": time.time()})
+            log.warning("stage %d shard %d (envs %s): %s; restarting", self.stage_id, shard.index, self._env_range(shard), how)
+            if len(shard.restarts) > self.max_restarts:
+                raise RestartLimitError(
+                    f"stage {self.stage_id}, shard {shard.index} (envs {self._env_range(shard)}) failed {len(shard.restarts)} times "
+                    f"within {self.restart_window_s:g} s (train.max_restarts={self.max_restarts}); last failure: {how} "
+                    f"({exit_desc}). Last lines of the simulator's output:\n{tail}"
+                )
+            try:
+                self._launch(shard)
+                ((status, payload),) = self._collect([shard], self.start_timeout_s)
+                if status == "err":
+                    raise self._remote_error(shard, "rebuilding the env after a crash", payload)
+                if status != "ok":
+                    how = f"{payload} while restarting"
+                    continue
+                self._on_init(payload)
+                if shard.last_reset is None:
+                    return {}
+                state_ids, task_ids = shard.last_reset
+                assert shard.conn is not None
+                shard.conn.send(("reset", {"state_ids": state_ids, "task_ids": task_ids}))
+                ((status, payload),) = self._collect([shard], self.step_timeout_s)
+                if status == "ok":
+                    return dict(payload)
+                if status == "err":
+                    raise self._remote_error(shard, "resetting after a restart", payload)
+                how = f"{payload} during the reset after a restart"
+            except (OSError, BrokenPipeError) as exc:
+                how = f"could not be restarted: {exc}"
+
+    # ------------------------------------------------------------------ results
+    def _gather_obs(self) -> dict[str, np.ndarray]:
+        out = {k: np.empty((self.num_envs, *s.shape), dtype=s.dtype) for k, s in self.obs_spec.items()}
+        for shard in self._res.shards:
+            assert shard.block is not None
+            for key, view in shard.block.arrays.items():
+                out[key][shard.env_slice] = view
+        return out
+
+    def _merge_infos(self, infos: list[dict[str, Any]], restarted: set[int]) -> dict[str, np.ndarray]:
+        keys: list[str] = []
+        for part in infos:
+            for key, value in part.items():
+                value = np.asarray(value)
+                if key not in keys:
+                    keys.append(key)
+                if key not in self._info_templates and value.ndim >= 1:
+                    self._info_templates[key] = (value.dtype, value.shape[1:])
+        keys = keys + [k for k in self._info_templates if k not in keys]
+        merged: dict[str, np.ndarray] = {}
+        for key in keys:
+            parts = []
+            for shard, part in zip(self._res.shards, infos):
+                if key in part and np.asarray(part[key]).ndim >= 1 and len(part[key]) == shard.num_envs:
+                    parts.append(np.asarray(part[key]))
+                else:
+                    dtype, tail = self._info_templates.get(key, (np.dtype(np.float32), ()))
+                    fill = -1 if dtype.kind in "iu" else (False if dtype.kind == "b" else 0)
+                    parts.append(np.full((shard.num_envs, *tail), fill, dtype=dtype))
+            try:
+                merged[key] = np.concatenate(parts, axis=0)
+            except ValueError:
+                merged[key] = np.array([p for part in parts for p in part], dtype=object)
+        merged["sim_restarted"] = np.zeros(self.num_envs, dtype=bool)
+        for shard in self._res.shards:
+            if shard.index in restarted:
+                merged["sim_restarted"][shard.env_slice] = True
+        return merged
+
+    def _account(self, t0: float, sim_s: float) -> None:
+        self.stats.calls += 1
+        self.stats.wall_s += time.perf_counter() - t0
+        self.stats.sim_s += sim_s
+
+    def __repr__(self) -> str:
+        return (
+            f"ProcessEnvManager(backend={self.spec.name!r}, stage={self.stage_id}, rank={self.rank}, "
+            f"num_envs={self.num_envs}, shards={self.num_shards}, running={self._running})"
+        )

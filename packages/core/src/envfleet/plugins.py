@@ -1,0 +1,315 @@
+"""The plugin registry: backends register themselves through pluggy entry points.
+
+A backend package declares, in its ``pyproject.toml``::
+
+    [project.entry-points.envfleet]
+    toy = "envfleet_toy.plugin"
+
+and implements the hook in that module::
+
+    from envfleet.plugins import BackendSpec, hookimpl
+
+    @hookimpl
+    def envfleet_register_backends(registry):
+        registry.register(BackendSpec(name="toy", env_factory="envfleet_toy.env:ToyEnv", ...))
+
+The plugin module must stay light: ``env_factory`` is a ``"module:attr"`` string
+imported only when an env is built, so listing backends never imports a simulator.
+
+Set ``ENVFLEET_DISABLE_PLUGIN_AUTOLOAD=1`` to skip entry points; tests then call
+:func:`register_plugin` with plugin objects.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import os
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from .env import ArraySpec, Env, EnvContext, ObservationSpec
+from .errors import UnknownBackendError
+
+__all__ = [
+    "NAME",
+    "ArraySpec",
+    "EnvContext",
+    "hookimpl",
+    "hookspec",
+    "BackendSpec",
+    "BackendRegistry",
+    "PluginFailure",
+    "get_plugin_manager",
+    "list_backends",
+    "get_backend",
+    "plugin_failures",
+    "register_plugin",
+    "unregister_plugin",
+    "reset_plugins",
+]
+
+#: One name drives the hook markers, the PluginManager and the entry-point group.
+NAME = "envfleet"
+hookspec = pluggy.HookspecMarker(NAME)
+hookimpl = pluggy.HookimplMarker(NAME)
+
+DISABLE_AUTOLOAD_ENV = "ENVFLEET_DISABLE_PLUGIN_AUTOLOAD"
+
+
+class _HookSpecs:
+    @hookspec
+    def envfleet_register_backends(self, registry: BackendRegistry) -> None:  # type: ignore[empty-body]
+        """Register one or more simulator backends.
+
+        :param registry: call ``registry.register(BackendSpec(...))`` once per backend.
+
+        Every implementation is called, each on its own: one that raises is reported
+        by its plugin name (see :func:`plugin_failures`) and the others still register.
+        Keep this hook cheap: do not import the simulator here.
+        """
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """How envfleet builds and runs a backend.
+
+    :param name: the value of ``train.simulator_type`` that selects it.
+    :param env_factory: ``"module:attr"`` (imported lazily, in the shard process) or a
+        callable ``(cfg, ctx: EnvContext) -> Env``. ``cfg`` is the env section
+        (``train`` or ``val``) with the backend's own section at ``cfg[name]``.
+    :param observation_spec: ``(cfg, num_envs) -> ObservationSpec``; called in the
+        parent to allocate shared memory, so it must not need the simulator.
+    :param config_schema: a dataclass for the ``train.<name>`` section, or ``None``.
+    :param defaults: values for the core env keys that this backend prefers
+        (applied under the user's config), e.g. ``{"init_params": {"camera_heights": 64}}``.
+    :param envs_per_process: envs per shard process: an int, ``None`` for all of a
+        stage's envs in one process, or ``(cfg) -> int | None``.
+    :param action_dim: the action size the backend expects, when fixed.
+    :param package: the distribution that provides it (shown by ``envfleet backends``).
+    :param description: one line for listings.
+    """
+
+    name: str
+    env_factory: str | Callable[..., Env]
+    observation_spec: Callable[[Any, int], ObservationSpec]
+    config_schema: type | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)
+    envs_per_process: int | Callable[[Any], int | None] | None = 1
+    action_dim: int | None = None
+    package: str = ""
+    description: str = ""
+
+    def resolve_factory(self) -> Callable[..., Env]:
+        """Import and return the env factory (this may import the simulator)."""
+        if callable(self.env_factory):
+            return self.env_factory
+        module_name, _, attr = self.env_factory.partition(":")
+        if not attr:
+            raise ValueError(f"backend {self.name!r}: env_factory must look like 'module:attr', got {self.env_factory!r}")
+        module = importlib.import_module(module_name)
+        try:
+            return getattr(module, attr)  # type: ignore[no-any-return]
+        except AttributeError as exc:
+            raise ImportError(f"backend {self.name!r}: module {module_name!r} has no attribute {attr!r}") from exc
+
+    def shard_size(self, cfg: Any, num_envs: int) -> int:
+        """How many of ``num_envs`` envs share one process."""
+        value = self.envs_per_process(cfg) if callable(self.envs_per_process) else self.envs_per_process
+        if value is None:
+            return max(num_envs, 1)
+        if int(value) < 1:
+            raise ValueError(f"backend {self.name!r}: envs_per_process must be >= 1, got {value}")
+        return min(int(value), max(num_envs, 1))
+
+    def obs_spec(self, cfg: Any, num_envs: int) -> ObservationSpec:
+        """The observation spec for ``num_envs`` envs, checked to be ArraySpecs."""
+        spec = self.observation_spec(cfg, num_envs)
+        for key, value in spec.items():
+            if not isinstance(value, ArraySpec):
+                raise TypeError(f"backend {self.name!r}: observation_spec()[{key!r}] must be an ArraySpec, got {value!r}")
+        return dict(spec)
+
+    @property
+    def version(self) -> str:
+        """The installed version of :attr:`package`, or ``""``."""
+        if not self.package:
+            return ""
+        try:
+            return importlib.metadata.version(self.package)
+        except importlib.metadata.PackageNotFoundError:
+            return ""
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    """A plugin that could not be loaded or whose hook raised."""
+
+    name: str
+    stage: str  # "import" or "register"
+    error: BaseException
+    traceback: str
+
+    def __str__(self) -> str:
+        return f"plugin {self.name!r} failed to {self.stage}: {type(self.error).__name__}: {self.error}"
+
+
+class BackendRegistry:
+    """The backends registered by plugins, by name."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, BackendSpec] = {}
+        self._owner: dict[str, str] = {}
+        self._current_plugin = "<direct>"
+
+    def register(self, spec: BackendSpec) -> None:
+        """Add a backend. Registering the same name from two plugins is an error."""
+        if not isinstance(spec, BackendSpec):
+            raise TypeError(f"registry.register() takes a BackendSpec, got {type(spec).__name__}")
+        if spec.name in self._specs:
+            raise ValueError(
+                f"backend {spec.name!r} is registered twice: by plugin {self._owner[spec.name]!r} and by {self._current_plugin!r}"
+            )
+        self._specs[spec.name] = spec
+        self._owner[spec.name] = self._current_plugin
+
+    def names(self) -> list[str]:
+        """Registered backend names, sorted."""
+        return sorted(self._specs)
+
+    def get(self, name: str) -> BackendSpec:
+        """The spec for ``name``; raises :class:`~envfleet.errors.UnknownBackendError`."""
+        try:
+            return self._specs[name]
+        except KeyError:
+            raise UnknownBackendError(_unknown_backend_message(name, self.names())) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+
+def _unknown_backend_message(name: str, installed: list[str]) -> str:
+    lines = [f"unknown backend {name!r} (train.simulator_type)."]
+    lines.append(f"Installed backends: {', '.join(installed) if installed else 'none'}.")
+    close = difflib.get_close_matches(str(name), installed, n=1, cutoff=0.5)
+    if close:
+        lines.append(f"Did you mean {close[0]!r}?")
+    for failure in _state.failures:
+        if failure.name == name:
+            lines.append(
+                f"A plugin named {name!r} is installed but failed to {failure.stage}: {type(failure.error).__name__}: {failure.error}."
+            )
+    lines.append(f"To add it, install its package, e.g. `pip install envfleet-{name}` (first-party: envfleet-libero, envfleet-isaac).")
+    return " ".join(lines)
+
+
+class _State:
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.pm: pluggy.PluginManager | None = None
+        self.registry: BackendRegistry | None = None
+        self.failures: list[PluginFailure] = []
+
+
+_state = _State()
+
+
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide PluginManager, with entry points loaded (unless disabled)."""
+    with _state.lock:
+        if _state.pm is None:
+            pm = pluggy.PluginManager(NAME)
+            pm.add_hookspecs(_HookSpecs)
+            _state.failures = []
+            if os.environ.get(DISABLE_AUTOLOAD_ENV, "").strip() not in ("1", "true", "yes"):
+                _load_entry_points(pm)
+            pm.check_pending()
+            _state.pm = pm
+            _state.registry = None
+        return _state.pm
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    eps = importlib.metadata.entry_points(group=NAME)
+    for ep in sorted(eps, key=lambda e: e.name):
+        if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+            continue
+        try:
+            plugin = ep.load()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            _state.failures.append(PluginFailure(ep.name, "import", exc, traceback.format_exc()))
+            continue
+        pm.register(plugin, name=ep.name)
+
+
+def _registry() -> BackendRegistry:
+    with _state.lock:
+        pm = get_plugin_manager()
+        if _state.registry is None:
+            registry = BackendRegistry()
+            _state.failures = [f for f in _state.failures if f.stage == "import"]
+            for impl in pm.hook.envfleet_register_backends.get_hookimpls():
+                registry._current_plugin = impl.plugin_name
+                before = dict(registry._specs)
+                try:
+                    impl.function(registry=registry)
+                except Exception as exc:
+                    registry._specs = before  # a half-registered plugin is not registered
+                    _state.failures.append(PluginFailure(impl.plugin_name, "register", exc, traceback.format_exc()))
+            registry._current_plugin = "<direct>"
+            _state.registry = registry
+        return _state.registry
+
+
+def list_backends() -> dict[str, BackendSpec]:
+    """Registered backends by name. Failed plugins are in :func:`plugin_failures`."""
+    registry = _registry()
+    return {name: registry.get(name) for name in registry.names()}
+
+
+def get_backend(name: str) -> BackendSpec:
+    """The backend registered as ``name``.
+
+    :raises UnknownBackendError: (a ``KeyError``) listing what is installed and the closest name.
+    """
+    return _registry().get(name)
+
+
+def plugin_failures() -> list[PluginFailure]:
+    """Plugins that failed to import or to register, with their causes."""
+    _registry()
+    return list(_state.failures)
+
+
+def register_plugin(plugin: Any, name: str | None = None) -> str:
+    """Register a plugin object (a module or an object with the hook) explicitly."""
+    with _state.lock:
+        pm = get_plugin_manager()
+        registered = pm.register(plugin, name=name)
+        pm.check_pending()
+        _state.registry = None
+        return str(registered)
+
+
+def unregister_plugin(name: str) -> None:
+    """Undo :func:`register_plugin`."""
+    with _state.lock:
+        pm = get_plugin_manager()
+        pm.unregister(name=name)
+        _state.registry = None
+
+
+def reset_plugins() -> None:
+    """Forget every loaded plugin; the next call reloads entry points."""
+    with _state.lock:
+        _state.pm = None
+        _state.registry = None
+        _state.failures = []

@@ -1,0 +1,180 @@
+"""The shard process: builds one ``Env`` and serves the manager's commands.
+
+Started by :class:`~envfleet.manager.ProcessEnvManager` as a fresh interpreter
+(``python -m envfleet.shard FD PARENT_PID``), so the simulator and its renderer
+are created here and nothing is inherited from the parent but a socket. Commands
+arrive over that socket; observations are written into the parent's shared
+memory; only small arrays travel back over the socket.
+
+The process exits when the parent goes away: a thread watches the parent pid and
+the socket reports EOF.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+__all__ = ["main"]
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(3)
+        time.sleep(0.2)
+
+
+def _write_obs(buffers: dict[str, np.ndarray], obs: dict[str, np.ndarray]) -> None:
+    missing = set(buffers) - set(obs)
+    extra = set(obs) - set(buffers)
+    if missing or extra:
+        raise RuntimeError(f"the env returned observations {sorted(obs)}, but its backend's observation_spec promised {sorted(buffers)}")
+    for key, dest in buffers.items():
+        src = obs[key]
+        if src is dest:
+            continue
+        if src.shape != dest.shape or src.dtype != dest.dtype:
+            raise RuntimeError(
+                f"observation {key!r}: the env returned {src.dtype}{list(src.shape)}, "
+                f"the observation_spec promised {dest.dtype}{list(dest.shape)}"
+            )
+        np.copyto(dest, src)
+
+
+class _Server:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.env: Any = None
+        self.mapping: Any = None
+
+    def init(self, msg: dict[str, Any]) -> dict[str, Any]:
+        from omegaconf import OmegaConf
+
+        from .env import EnvContext
+        from .shm import ShmLayout, attach
+
+        for key, value in msg.get("environ", {}).items():
+            os.environ.setdefault(key, value)
+        layout = ShmLayout.from_wire(msg["layout"])
+        self.mapping = attach(msg["shm_name"], layout)
+        factory = msg["factory"]
+        if isinstance(factory, bytes):
+            factory = pickle.loads(factory)
+        elif isinstance(factory, str):
+            import importlib
+
+            module_name, _, attr = factory.partition(":")
+            factory = getattr(importlib.import_module(module_name), attr)
+        cfg = OmegaConf.create(msg["cfg"])
+        ctx = EnvContext(**msg["ctx"])
+        sys.stderr.write(
+            f"envfleet shard: pid {os.getpid()} building {cfg.simulator_type!r} for rank {ctx.rank} stage {ctx.stage_id} "
+            f"shard {ctx.shard_id} ({ctx.num_envs} envs from env {ctx.env_offset})\n"
+        )
+        sys.stderr.flush()
+        self.env = factory(cfg, ctx)
+        if getattr(self.env, "num_envs", None) != ctx.num_envs:
+            raise RuntimeError(f"the backend built {getattr(self.env, 'num_envs', None)} envs, {ctx.num_envs} were asked for")
+        bind = getattr(self.env, "bind_observation_buffers", None)
+        if callable(bind):
+            bind(self.mapping.arrays)
+        return {
+            "state_ids": np.asarray(self.env.get_all_state_ids(), dtype=np.int64),
+            "state_task_ids": np.asarray(self.env.get_state_task_ids(), dtype=np.int64),
+            "supports_state": bool(getattr(self.env, "supports_state", False)),
+            "pid": os.getpid(),
+        }
+
+    def reset(self, msg: dict[str, Any]) -> dict[str, Any]:
+        result = self.env.reset_envs_to_state_ids(msg["state_ids"], msg["task_ids"])
+        _write_obs(self.mapping.arrays, result.obs)
+        return {"task_descriptions": list(result.task_descriptions), "infos": dict(result.infos)}
+
+    def step(self, msg: dict[str, Any]) -> dict[str, Any]:
+        result = self.env.chunk_step(msg["actions"])
+        _write_obs(self.mapping.arrays, result.obs)
+        return {
+            "task_descriptions": list(result.task_descriptions),
+            "rewards": np.asarray(result.rewards, dtype=np.float32),
+            "terminations": np.asarray(result.terminations, dtype=bool),
+            "truncations": np.asarray(result.truncations, dtype=bool),
+            "infos": dict(result.infos),
+        }
+
+    def get_state(self, msg: dict[str, Any]) -> Any:
+        return self.env.get_state()
+
+    def load_state(self, msg: dict[str, Any]) -> None:
+        self.env.load_state(msg["state"])
+
+    def flush_video(self, msg: dict[str, Any]) -> list[str]:
+        return list(self.env.flush_video(msg["subdir"]))
+
+    def ping(self, msg: dict[str, Any]) -> int:
+        return os.getpid()
+
+    def close(self, msg: dict[str, Any]) -> None:
+        if self.env is not None:
+            self.env.close()
+            self.env = None
+
+    def serve(self) -> None:
+        from .errors import InvalidInputError
+
+        while True:
+            try:
+                cmd, msg = self.conn.recv()
+            except (EOFError, OSError):
+                return
+            t0 = time.perf_counter()
+            try:
+                payload = getattr(self, cmd)(msg)
+                reply: tuple[Any, ...] = ("ok", payload, time.perf_counter() - t0)
+            except BaseException as exc:
+                kind = "invalid" if isinstance(exc, InvalidInputError) else "error"
+                reply = ("err", kind, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+                sys.stderr.write(reply[3])
+                sys.stderr.flush()
+            try:
+                self.conn.send(reply)
+            except (EOFError, OSError, BrokenPipeError):
+                return
+            except Exception as exc:
+                self.conn.send(("err", "error", f"cannot send the reply to {cmd!r}: {exc}", traceback.format_exc()))
+            if cmd == "close":
+                return
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: ``python -m envfleet.shard FD PARENT_PID``."""
+    args = sys.argv[1:] if argv is None else argv
+    fd, parent_pid = int(args[0]), int(args[1])
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    conn = Connection(fd)
+    server = _Server(conn)
+    try:
+        server.serve()
+    finally:
+        try:
+            server.close({})
+        except Exception:
+            traceback.print_exc()
+        if server.mapping is not None:
+            server.mapping.close()
+    # Skip interpreter teardown: simulators (EGL, Warp) can hang in atexit handlers.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

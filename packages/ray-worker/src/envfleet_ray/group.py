@@ -1,0 +1,326 @@
+"""``EnvWorkerGroup``: EnvWorker actors in a placement group, driven from the trainer.
+
+Data is split by worker rank and results are concatenated **worker-major**: rows
+``[r*k:(r+1)*k]`` of a step belong to worker ``r`` (``k = num_envs`` for a step,
+``num_envs * stage_num`` for a reset, itself stage-major within the worker).
+
+Calls return a :class:`GroupFuture` at once; ``.get()`` waits and concatenates.
+A worker that died raises :class:`~envfleet.errors.WorkerDiedError` naming its
+rank, node and cause; with ``max_restarts > 0`` the group recreates it in the same
+bundle, re-runs init and the last reset, and the failed step reports its envs as
+truncated with ``sim_restarted`` set.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import ray
+from omegaconf import DictConfig, OmegaConf
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from envfleet.config import load_config
+from envfleet.dataproto import DataProto
+from envfleet.errors import InvalidInputError, WorkerDiedError
+
+from .worker import EnvWorker
+
+__all__ = ["EnvWorkerGroup", "GroupFuture"]
+
+log = logging.getLogger(__name__)
+
+_DEAD = (RayActorError, ActorDiedError, ActorUnavailableError)
+
+
+class GroupFuture:
+    """The pending result of a group call; :meth:`get` waits, checks and concatenates."""
+
+    def __init__(self, refs: list[ray.ObjectRef], finish: Callable[[list[Any]], Any], on_dead: Callable[[int, BaseException], Any]) -> None:
+        self._refs = refs
+        self._finish = finish
+        self._on_dead = on_dead
+        self._value: Any = None
+        self._done = False
+
+    def get(self, timeout: float | None = None) -> Any:
+        """Wait for every worker and return the combined result."""
+        if self._done:
+            return self._value
+        results: list[Any] = []
+        for rank, ref in enumerate(self._refs):
+            try:
+                results.append(ray.get(ref, timeout=timeout))
+            except _DEAD as exc:
+                results.append(self._on_dead(rank, exc))
+        self._value = self._finish(results)
+        self._done = True
+        return self._value
+
+    def ready(self) -> bool:
+        """True when every worker has answered (does not wait)."""
+        done, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
+        return len(done) == len(self._refs)
+
+
+class EnvWorkerGroup:
+    """``num_workers`` EnvWorker actors, one placement-group bundle each.
+
+    :param config: a config from :func:`envfleet.load_config` (or a dict / YAML path).
+    :param num_workers: how many EnvWorker actors.
+    :param cpus_per_worker: CPUs reserved per worker (its bundle).
+    :param gpus_per_worker: GPUs reserved per worker (0 by default).
+    :param max_restarts: how many times in total the group recreates a dead worker.
+    :param strategy: placement strategy of the bundles (PACK, SPREAD, STRICT_SPREAD).
+    :param placement_timeout_s: how long to wait for the cluster to grant the bundles.
+    """
+
+    def __init__(
+        self,
+        config: DictConfig | dict[str, Any] | str,
+        num_workers: int = 1,
+        cpus_per_worker: float = 1.0,
+        gpus_per_worker: float = 0.0,
+        max_restarts: int = 0,
+        strategy: str = "PACK",
+        placement_timeout_s: float = 120.0,
+    ) -> None:
+        if not ray.is_initialized():
+            raise RuntimeError("EnvWorkerGroup needs Ray: call envfleet_ray.init_ray() (or ray.init()) first")
+        if num_workers < 1:
+            raise InvalidInputError(f"num_workers must be >= 1, got {num_workers}")
+        if isinstance(config, str):
+            config = load_config(config)
+        elif not isinstance(config, DictConfig):
+            config = load_config(data=config)
+        self.cfg = config
+        self.num_workers = int(num_workers)
+        self.stage_num = int(config.rollout.pipeline_stage_num)
+        self.num_envs = int(config.train.num_envs)
+        self.max_restarts = int(max_restarts)
+        self.restarts = 0
+        self._cpus = float(cpus_per_worker)
+        self._gpus = float(gpus_per_worker)
+        self._cfg_container = OmegaConf.to_container(config, resolve=True)
+        bundles = [{"CPU": self._cpus, **({"GPU": self._gpus} if self._gpus else {})} for _ in range(self.num_workers)]
+        self._pg = placement_group(bundles, strategy=strategy)
+        try:
+            ray.get(self._pg.ready(), timeout=placement_timeout_s)
+        except GetTimeoutError:
+            remove_placement_group(self._pg)
+            raise RuntimeError(
+                f"the cluster could not grant {self.num_workers} bundles of {bundles[0]} within {placement_timeout_s:g} s "
+                f"(available: {ray.available_resources()}); lower cpus_per_worker or num_workers"
+            ) from None
+        self._actor_cls = ray.remote(EnvWorker)
+        self.workers: list[Any] = [self._create(rank) for rank in range(self.num_workers)]
+        self.nodes: list[dict[str, Any]] = ray.get([w.node_info.remote() for w in self.workers])
+        self._initialized: set[str] = set()
+        self._last_reset: dict[str, DataProto] = {}
+
+    # ------------------------------------------------------------------ actors
+    def _create(self, rank: int) -> Any:
+        return self._actor_cls.options(
+            num_cpus=self._cpus,
+            num_gpus=self._gpus,
+            max_concurrency=self.stage_num + 4,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank),
+            name=None,
+        ).remote(self._cfg_container, rank)
+
+    def _dead_error(self, rank: int, exc: BaseException) -> WorkerDiedError:
+        node = self.nodes[rank] if rank < len(self.nodes) else {}
+        cause = str(exc).strip().splitlines()
+        short = next(
+            (line for line in cause if "cause" in line.lower() or "died" in line.lower()), cause[0] if cause else type(exc).__name__
+        )
+        return WorkerDiedError(
+            f"EnvWorker rank {rank} on node {node.get('ip', '?')} ({node.get('hostname', '?')}, pid {node.get('pid', '?')}) died: "
+            f"{type(exc).__name__}: {short.strip()}"
+        )
+
+    def _revive(self, rank: int, exc: BaseException) -> None:
+        """Recreate a dead worker, re-run init and the last reset; or raise WorkerDiedError."""
+        err = self._dead_error(rank, exc)
+        if self.restarts >= self.max_restarts:
+            raise err from exc
+        self.restarts += 1
+        log.warning("%s; recreating it (%d/%d)", err, self.restarts, self.max_restarts)
+        try:
+            ray.kill(self.workers[rank], no_restart=True)
+        except Exception:
+            pass
+        worker = self._create(rank)
+        self.workers[rank] = worker
+        calls = []
+        if "worker" in self._initialized:
+            calls.append(worker.init_worker.remote())
+        for mode in ("train", "val"):
+            if f"sim:{mode}" in self._initialized:
+                calls.append(worker.init_simulator.remote(mode))
+        ray.get(calls)
+        self.nodes[rank] = ray.get(worker.node_info.remote())
+        for data in self._last_reset.values():
+            part = data.chunk(self.num_workers)[rank]
+            ray.get(worker.reset_envs_to_state_ids.remote(part))
+
+    # ------------------------------------------------------------------ broadcast
+    def _broadcast(self, method: str, *args: Any) -> GroupFuture:
+        refs = [getattr(w, method).remote(*args) for w in self.workers]
+
+        def on_dead(rank: int, exc: BaseException) -> Any:
+            raise self._dead_error(rank, exc) from exc
+
+        return GroupFuture(refs, lambda results: results, on_dead)
+
+    def init_worker(self) -> None:
+        """Build every worker's EnvManagers."""
+        self._broadcast("init_worker").get()
+        self._initialized.add("worker")
+
+    def init_simulator(self, mode: str = "train") -> None:
+        """Start every worker's simulator processes."""
+        self._broadcast("init_simulator", mode).get()
+        self._initialized.add(f"sim:{mode}")
+
+    def get_all_state_ids(self, mode: str = "train") -> np.ndarray:
+        """Every state id the backend can reset to (from worker 0)."""
+        return ray.get(self.workers[0].get_all_state_ids.remote(mode))  # type: ignore[no-any-return]
+
+    def get_state_task_ids(self, mode: str = "train") -> np.ndarray:
+        """The task id of each state id (from worker 0)."""
+        return ray.get(self.workers[0].get_state_task_ids.remote(mode))  # type: ignore[no-any-return]
+
+    def finish_rollout(self, mode: str = "train") -> dict[str, Any]:
+        """Flush videos and collect every worker's metrics; returns ``{"workers": [...], "total": {...}}``."""
+        per_worker = self._broadcast("finish_rollout", mode).get()
+        return {"workers": per_worker, "total": merge_metrics(per_worker), "worker_restarts": self.restarts}
+
+    def node_info(self) -> list[dict[str, Any]]:
+        """Where each worker runs."""
+        return self._broadcast("node_info").get()  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ dispatch
+    def reset_envs_to_state_ids(self, data: DataProto) -> GroupFuture:
+        """Reset all workers: ``len(data) == num_workers * stage_num * num_envs``, worker-major."""
+        expected = self.num_workers * self.stage_num * self.num_envs
+        if len(data) != expected:
+            raise InvalidInputError(
+                f"reset data has {len(data)} rows, expected num_workers * stage_num * num_envs = "
+                f"{self.num_workers} * {self.stage_num} * {self.num_envs} = {expected}"
+            )
+        mode = str(data.meta_info.get("mode", "train"))
+        parts = data.chunk(self.num_workers)
+        refs = [w.reset_envs_to_state_ids.remote(p) for w, p in zip(self.workers, parts)]
+
+        def on_dead(rank: int, exc: BaseException) -> DataProto:
+            self._revive(rank, exc)
+            return ray.get(self.workers[rank].reset_envs_to_state_ids.remote(parts[rank]))  # type: ignore[no-any-return]
+
+        def finish(results: list[DataProto]) -> DataProto:
+            self._last_reset[mode] = data
+            return DataProto.concat(results)
+
+        return GroupFuture(refs, finish, on_dead)
+
+    def env_interact_step(self, data: DataProto) -> GroupFuture:
+        """Step one stage on every worker: ``len(data) == num_workers * num_envs``, worker-major."""
+        expected = self.num_workers * self.num_envs
+        if len(data) != expected:
+            raise InvalidInputError(
+                f"step data has {len(data)} rows, expected num_workers * num_envs = {self.num_workers} * {self.num_envs} = {expected}"
+            )
+        if "stage_id" not in data.meta_info:
+            raise InvalidInputError(f"meta_info['stage_id'] is missing: expected an int in [0, {self.stage_num})")
+        stage = data.meta_info["stage_id"]
+        mode = str(data.meta_info.get("mode", "train"))
+        chunk = int(self.cfg.actor.model.num_action_chunks)
+        parts = data.chunk(self.num_workers)
+        refs = [w.env_interact_step.remote(p) for w, p in zip(self.workers, parts)]
+
+        def on_dead(rank: int, exc: BaseException) -> DataProto:
+            self._revive(rank, exc)
+            return ray.get(self.workers[rank].restart_step_result.remote(int(stage), chunk, mode))  # type: ignore[no-any-return]
+
+        return GroupFuture(refs, concat_harmonized, on_dead)
+
+    # ------------------------------------------------------------------ teardown
+    def shutdown(self) -> None:
+        """Close every worker (their simulators and shared memory) and free the placement group."""
+        try:
+            ray.get([w.close.remote() for w in self.workers], timeout=60)
+        except Exception:
+            pass
+        for w in self.workers:
+            try:
+                ray.kill(w, no_restart=True)
+            except Exception:
+                pass
+        self.workers = []
+        try:
+            remove_placement_group(self._pg)
+        except Exception:
+            pass
+
+    def __enter__(self) -> EnvWorkerGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def concat_harmonized(parts: Sequence[DataProto]) -> DataProto:
+    """Concatenate step results; keys missing from a part (a rebuilt worker) are filled with zeros / -1."""
+    tensor_keys: dict[str, Any] = {}
+    nt_keys: dict[str, Any] = {}
+    for p in parts:
+        if p.batch is not None:
+            for k in p.batch.keys():
+                tensor_keys.setdefault(k, p.batch[k])
+        for k, v in p.non_tensor_batch.items():
+            nt_keys.setdefault(k, v)
+    import torch
+
+    for p in parts:
+        n = len(p)
+        for k, ref in tensor_keys.items():
+            if p.batch is None or k not in p.batch.keys():
+                fill = -1 if not ref.dtype.is_floating_point and ref.dtype != torch.bool else 0
+                p.batch[k] = torch.full((n, *ref.shape[1:]), fill, dtype=ref.dtype)  # type: ignore[index]
+        for k, ref in nt_keys.items():
+            if k not in p.non_tensor_batch:
+                p.non_tensor_batch[k] = np.zeros((n, *ref.shape[1:]), dtype=ref.dtype)
+    return DataProto.concat(parts)
+
+
+def merge_metrics(per_worker: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Sum the workers' finish_rollout metrics into one."""
+    per_task: dict[int, dict[str, Any]] = {}
+    for m in per_worker:
+        for task, row in m["per_task"].items():
+            acc = per_task.setdefault(
+                int(task), {"description": row["description"], "episodes": 0, "successes": 0, "_ret": 0.0, "_len": 0.0}
+            )
+            acc["episodes"] += row["episodes"]
+            acc["successes"] += row["successes"]
+            acc["_ret"] += row["mean_return"] * row["episodes"]
+            acc["_len"] += row["mean_length"] * row["episodes"]
+    for row in per_task.values():
+        eps = row["episodes"]
+        row["success_rate"] = row["successes"] / eps if eps else 0.0
+        row["mean_return"] = row.pop("_ret") / eps if eps else 0.0
+        row["mean_length"] = row.pop("_len") / eps if eps else 0.0
+    times = {k: sum(m["time"][k] for m in per_worker) for k in ("simulator_s", "transfer_s", "worker_s")}
+    return {
+        "per_task": per_task,
+        "episodes": sum(m["episodes"] for m in per_worker),
+        "successes": sum(m["successes"] for m in per_worker),
+        "env_steps": sum(m["env_steps"] for m in per_worker),
+        "sim_restarts": sum(m["sim_restarts"] for m in per_worker),
+        "time": times,
+        "videos": [v for m in per_worker for v in m["videos"]],
+    }

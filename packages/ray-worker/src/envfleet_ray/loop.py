@@ -1,0 +1,153 @@
+"""``EnvLoop``: the pipelined rollout driver.
+
+With ``S`` stages, the policy computes stage ``s``'s actions while the other
+stages' simulators step: for every chunk, stage by stage, the loop waits for the
+stage's observations, calls the policy on them and submits the step without
+waiting. With equal policy and simulator time per stage, a cycle costs
+``max(total env time, total policy time)`` instead of their sum.
+
+Episodes: without ``auto_reset``, when every env of every stage has finished
+(terminated or truncated), the loop resets all of them to the next state ids of
+its schedule (tasks interleaved, so every task comes up early). With
+``auto_reset`` the simulators reset finished envs themselves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from envfleet.dataproto import DataProto
+
+from .group import EnvWorkerGroup, GroupFuture
+from .policies import Policy
+
+__all__ = ["EnvLoop", "RolloutStats", "interleaved_schedule"]
+
+
+def interleaved_schedule(state_ids: np.ndarray, task_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Order state ids as trial 0 of every task, then trial 1 of every task, and so on."""
+    state_ids = np.asarray(state_ids)
+    task_ids = np.asarray(task_ids)
+    trial = np.zeros(len(state_ids), dtype=np.int64)
+    seen: dict[int, int] = {}
+    for i, t in enumerate(task_ids):
+        trial[i] = seen.get(int(t), 0)
+        seen[int(t)] = trial[i] + 1
+    order = np.lexsort((task_ids, trial))
+    return state_ids[order], task_ids[order]
+
+
+@dataclass
+class RolloutStats:
+    """What a rollout did and where its time went."""
+
+    chunks_per_stage: int = 0
+    env_steps: int = 0
+    episodes: int = 0
+    successes: int = 0
+    resets: int = 0
+    wall_s: float = 0.0
+    policy_s: float = 0.0
+    wait_s: float = 0.0  # time the driver waited for simulators
+    cycle_s: list[float] = field(default_factory=list)  # wall time of each full cycle (every stage stepped once)
+
+
+class EnvLoop:
+    """Drive an :class:`EnvWorkerGroup` with a policy, stages pipelined.
+
+    :param group: the worker group (already ``init_worker()`` / ``init_simulator()``).
+    :param policy: ``(obs: DataProto) -> np.ndarray [n, chunk, action_dim]``.
+    :param on_progress: called after every stage step with the running :class:`RolloutStats`.
+    """
+
+    def __init__(self, group: EnvWorkerGroup, policy: Policy, on_progress: Callable[[RolloutStats], None] | None = None) -> None:
+        self.group = group
+        self.policy = policy
+        self.on_progress = on_progress
+        self.S = group.stage_num
+        self.W = group.num_workers
+        self.N = group.num_envs
+        self.chunk = int(group.cfg.actor.model.num_action_chunks)
+        self.action_dim = int(group.cfg.actor.model.action_dim)
+        self.auto_reset = bool(group.cfg.train.auto_reset)
+        ids, tasks = group.get_all_state_ids(), group.get_state_task_ids()
+        self._ids, self._tasks = interleaved_schedule(ids, tasks)
+        self._cursor = 0
+        # Rows of stage s in a reset result (worker-major, stage-major within a worker).
+        self._stage_rows = [
+            np.concatenate([np.arange(r * self.S * self.N + s * self.N, r * self.S * self.N + (s + 1) * self.N) for r in range(self.W)])
+            for s in range(self.S)
+        ]
+
+    def _next_ids(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        idx = (self._cursor + np.arange(k)) % len(self._ids)
+        self._cursor = (self._cursor + k) % len(self._ids)
+        return self._ids[idx], self._tasks[idx]
+
+    def reset(self) -> list[DataProto]:
+        """Reset every env of every stage to the next state ids; return each stage's observations."""
+        ids, tasks = self._next_ids(self.W * self.S * self.N)
+        out = self.group.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": ids, "task_ids": tasks})).get()
+        return [out.select_idxs(rows) for rows in self._stage_rows]
+
+    def _act(self, obs: DataProto, stage: int, stats: RolloutStats) -> GroupFuture:
+        t0 = time.perf_counter()
+        actions = np.asarray(self.policy(obs), dtype=np.float32)
+        stats.policy_s += time.perf_counter() - t0
+        data = DataProto.from_dict(non_tensors={"actions": actions}, meta_info={"stage_id": stage})
+        return self.group.env_interact_step(data)
+
+    def run(self, num_chunks: int) -> RolloutStats:
+        """Step every stage ``num_chunks`` times (the policy sees each stage's observations in turn)."""
+        stats = RolloutStats()
+        t_start = time.perf_counter()
+        obs = self.reset()
+        stats.resets += 1
+        done = [np.zeros(self.W * self.N, dtype=bool) for _ in range(self.S)]
+        pending: dict[int, GroupFuture] = {}
+        for it in range(num_chunks):
+            t_cycle = time.perf_counter()
+            for s in range(self.S):
+                if s in pending:
+                    t0 = time.perf_counter()
+                    result = pending.pop(s).get()
+                    stats.wait_s += time.perf_counter() - t0
+                    self._account(result, stats)
+                    obs[s] = result
+                    done[s] = (result.batch["terminations"][:, -1] | result.batch["truncations"][:, -1]).numpy()
+                if s == 0 and it > 0 and not self.auto_reset and all(d.all() for d in done):
+                    # Finished envs stay finished, so the other stages' pending results are done too.
+                    for other in sorted(pending):
+                        self._account(pending.pop(other).get(), stats)
+                    obs = self.reset()
+                    stats.resets += 1
+                    done = [np.zeros(self.W * self.N, dtype=bool) for _ in range(self.S)]
+                pending[s] = self._act(obs[s], s, stats)
+            stats.chunks_per_stage += 1
+            stats.cycle_s.append(time.perf_counter() - t_cycle)
+        for s in sorted(pending):
+            t0 = time.perf_counter()
+            result = pending.pop(s).get()
+            stats.wait_s += time.perf_counter() - t0
+            self._account(result, stats)
+        stats.wall_s = time.perf_counter() - t_start
+        return stats
+
+    def _account(self, result: DataProto, stats: RolloutStats) -> None:
+        assert result.batch is not None
+        stats.env_steps += len(result) * int(result.batch["rews"].shape[1])
+        if "episode_ended" in result.batch.keys():
+            ended = result.batch["episode_ended"].numpy().astype(bool)
+            stats.episodes += int(ended.sum())
+            stats.successes += int(result.batch["success_once"].numpy().astype(bool)[ended].sum())
+        if self.on_progress is not None:
+            self.on_progress(stats)
+
+    def describe(self) -> dict[str, Any]:
+        """The loop's shape, for summaries."""
+        return {"workers": self.W, "stages": self.S, "num_envs": self.N, "chunk": self.chunk}

@@ -1,0 +1,405 @@
+"""``EnvWorker``: one group of simulators per pipeline stage, behind verl's env-worker API.
+
+A plain class: it runs in-process for tests and debugging, and becomes a Ray actor
+with ``ray.remote(EnvWorker)`` (see :class:`~envfleet_ray.group.EnvWorkerGroup`).
+The backend is found in the plugin registry by ``train.simulator_type``; this
+package imports no backend by name.
+
+Calls for different stages may run at the same time (a threaded actor); calls for
+the same stage run one after another (a lock per stage).
+
+>>> worker = EnvWorker(cfg)                       # doctest: +SKIP
+>>> worker.init_worker(); worker.init_simulator() # doctest: +SKIP
+>>> out = worker.env_interact_step(DataProto.from_dict(non_tensors={"actions": acts}, meta_info={"stage_id": 0}))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from envfleet.config import load_config
+from envfleet.dataproto import DataProto
+from envfleet.env import ResetResult
+from envfleet.errors import InvalidInputError
+from envfleet.manager import ProcessEnvManager
+
+__all__ = ["EnvWorker", "put_tensor_cpu", "create_env_batch_dataproto", "OBS_KEYS"]
+
+OBS_KEYS = ("full_image", "wrist_image", "state")
+_RESERVED = {"full_image", "wrist_image", "state", "rews", "terminations", "truncations", "task_descriptions"}
+
+
+def put_tensor_cpu(d: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``d`` with every tensor moved to CPU and made contiguous (others unchanged)."""
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if isinstance(value, torch.Tensor):
+            out[key] = value.detach().cpu().contiguous()
+        elif isinstance(value, Mapping):
+            out[key] = put_tensor_cpu(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _to_tensor(value: Any) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    return torch.from_numpy(np.ascontiguousarray(value))
+
+
+def create_env_batch_dataproto(
+    obs: Mapping[str, Any],
+    rews: Any,
+    terminations: Any,
+    truncations: Any,
+    infos: Mapping[str, Any] | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> DataProto:
+    """Build the DataProto a chunk step returns.
+
+    Tensors: ``full_image``, ``wrist_image`` (when present), ``state``, ``rews``,
+    ``terminations``, ``truncations`` and every numeric info; non-tensors:
+    ``task_descriptions`` (from ``obs["task_descriptions"]``) and every non-numeric
+    info. An info whose name clashes with those is stored as ``info_<name>``.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    non_tensors: dict[str, Any] = {}
+    for key in OBS_KEYS:
+        if key in obs and obs[key] is not None:
+            tensors[key] = _to_tensor(obs[key])
+    if "task_descriptions" in obs:
+        descriptions = np.empty(len(obs["task_descriptions"]), dtype=object)
+        descriptions[:] = list(obs["task_descriptions"])
+        non_tensors["task_descriptions"] = descriptions
+    tensors["rews"] = _to_tensor(rews)
+    tensors["terminations"] = _to_tensor(terminations)
+    tensors["truncations"] = _to_tensor(truncations)
+    for key, value in (infos or {}).items():
+        name = f"info_{key}" if key in _RESERVED else key
+        arr = value if isinstance(value, torch.Tensor) else np.asarray(value)
+        if isinstance(arr, torch.Tensor) or arr.dtype.kind in "biuf":
+            tensors[name] = _to_tensor(arr)
+        else:
+            non_tensors[name] = arr
+    return DataProto.from_dict(put_tensor_cpu(tensors), non_tensors, dict(meta or {}))
+
+
+class _Metrics:
+    """Per-task episode statistics and where the time went, since the last finish_rollout."""
+
+    def __init__(self) -> None:
+        self.per_task: dict[int, dict[str, float]] = collections.defaultdict(
+            lambda: {"episodes": 0, "successes": 0, "return_sum": 0.0, "length_sum": 0}
+        )
+        self.descriptions: dict[int, str] = {}
+        self.env_steps = 0
+        self.chunks = 0
+        self.worker_s = 0.0
+
+    def add_step(self, infos: Mapping[str, np.ndarray], descriptions: list[str], n: int, chunk: int, simulated: np.ndarray | None) -> None:
+        self.chunks += 1
+        self.env_steps += int(n * chunk) if simulated is None else int(simulated)
+        ended = infos.get("episode_ended")
+        if ended is None:
+            return
+        for i in np.nonzero(np.asarray(ended))[0]:
+            task = int(infos["task_id"][i])
+            row = self.per_task[task]
+            row["episodes"] += 1
+            row["successes"] += int(bool(infos["success_once"][i]))
+            row["return_sum"] += float(infos["episode_return"][i])
+            row["length_sum"] += int(infos["episode_length"][i])
+            if i < len(descriptions):
+                self.descriptions[task] = descriptions[i]
+
+
+class EnvWorker:
+    """One worker's simulators: a :class:`~envfleet.manager.ProcessEnvManager` per stage.
+
+    :param config: a config from :func:`envfleet.load_config`, a plain dict in the
+        same layout, or a path to a YAML file.
+    :param rank: this worker's rank in its group (seeds, video paths, messages).
+    """
+
+    def __init__(self, config: DictConfig | Mapping[str, Any] | str, rank: int = 0) -> None:
+        if isinstance(config, str):
+            config = load_config(config)
+        elif not isinstance(config, DictConfig):
+            config = load_config(data=dict(config))
+        elif "val" not in config or config.get("val") is None or config.train.get(config.train.simulator_type) is None:
+            config = load_config(data=OmegaConf.to_container(config, resolve=False))  # type: ignore[arg-type]
+        self.cfg = config
+        self.rank = int(rank)
+        self.stage_num = int(config.rollout.pipeline_stage_num)
+        self.num_envs = int(config.train.num_envs)
+        self.simulator_type = str(config.train.simulator_type)
+        self._managers: dict[str, list[ProcessEnvManager]] = {}
+        self._stage_locks = [threading.Lock() for _ in range(self.stage_num)]
+        self._init_lock = threading.Lock()
+        self._metrics: dict[str, _Metrics] = collections.defaultdict(_Metrics)
+        self._last_reset: dict[str, DataProto] = {}
+        self._pool = ThreadPoolExecutor(max_workers=max(self.stage_num, 1), thread_name_prefix=f"envfleet-w{rank}")
+
+    # ------------------------------------------------------------------ lifecycle
+    def init_worker(self) -> None:
+        """Build one EnvManager per stage for ``train.simulator_type`` (no process starts yet)."""
+        with self._init_lock:
+            self._ensure_managers("train")
+
+    def _ensure_managers(self, mode: str) -> list[ProcessEnvManager]:
+        if mode not in ("train", "val"):
+            raise InvalidInputError(f"mode must be 'train' or 'val', got {mode!r}")
+        if mode not in self._managers:
+            self._managers[mode] = [ProcessEnvManager(self.cfg, stage_id=s, rank=self.rank, mode=mode) for s in range(self.stage_num)]
+        return self._managers[mode]
+
+    def init_simulator(self, mode: str = "train") -> None:
+        """Start every stage's simulator processes (all stages at once)."""
+        with self._init_lock:
+            managers = self._ensure_managers(mode)
+            list(self._pool.map(lambda m: m.start_simulator(), managers))
+
+    def stop_simulator(self, mode: str = "train") -> None:
+        """Offload: save state and free every stage's processes (see ProcessEnvManager.stop_simulator)."""
+        for m in self._managers.get(mode, []):
+            m.stop_simulator()
+
+    def close(self) -> None:
+        """Stop every simulator process and free shared memory. Safe to call twice."""
+        for managers in self._managers.values():
+            for m in managers:
+                m.close()
+        self._pool.shutdown(wait=False)
+
+    def node_info(self) -> dict[str, Any]:
+        """Where this worker runs: host name, IP, pid and shard pids (for messages and tests)."""
+        try:
+            import ray
+
+            node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+            ip = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+        except Exception:
+            node_id, ip = None, "127.0.0.1"
+        return {
+            "rank": self.rank,
+            "hostname": socket.gethostname(),
+            "ip": ip,
+            "node_id": node_id,
+            "pid": os.getpid(),
+            "shard_pids": {mode: [m.shard_pids() for m in ms] for mode, ms in self._managers.items()},
+        }
+
+    # ------------------------------------------------------------------ seed API
+    def _stage(self, data: DataProto) -> int:
+        if "stage_id" not in data.meta_info:
+            raise InvalidInputError(f"meta_info['stage_id'] is missing: expected an int in [0, {self.stage_num})")
+        stage = data.meta_info["stage_id"]
+        if isinstance(stage, (bool, np.bool_)) or not isinstance(stage, (int, np.integer)):
+            raise InvalidInputError(
+                f"meta_info['stage_id'] must be an int in [0, {self.stage_num}), got {stage!r} ({type(stage).__name__})"
+            )
+        if not 0 <= int(stage) < self.stage_num:
+            raise InvalidInputError(f"meta_info['stage_id'] is {int(stage)}, out of range: this worker has stages 0..{self.stage_num - 1}")
+        return int(stage)
+
+    def _mode(self, data: DataProto | None = None, mode: str | None = None) -> str:
+        value = mode or (data.meta_info.get("mode", "train") if data is not None else "train")
+        if value not in ("train", "val"):
+            raise InvalidInputError(f"mode must be 'train' or 'val', got {value!r}")
+        return str(value)
+
+    def _running_managers(self, mode: str) -> list[ProcessEnvManager]:
+        managers = self._managers.get(mode)
+        if managers is None:
+            raise RuntimeError(f"worker {self.rank}: call init_worker() and init_simulator({mode!r}) first")
+        return managers
+
+    def env_interact_step(self, data: DataProto) -> DataProto:
+        """Step one stage with ``data.non_tensor_batch["actions"]`` ``[n, chunk, action_dim]``.
+
+        ``data.meta_info["stage_id"]`` picks the stage; the result is
+        :func:`create_env_batch_dataproto` of the chunk, with ``meta_info`` carrying
+        ``stage_id`` and ``rank``.
+        """
+        t0 = time.perf_counter()
+        if not isinstance(data, DataProto):
+            raise InvalidInputError(f"env_interact_step takes a DataProto, got {type(data).__name__}")
+        stage = self._stage(data)
+        mode = self._mode(data)
+        if "actions" in data.non_tensor_batch:
+            actions: Any = data.non_tensor_batch["actions"]
+        elif data.batch is not None and "actions" in data.batch.keys():
+            actions = data.batch["actions"]
+        else:
+            raise InvalidInputError("the DataProto has no 'actions' (expected non_tensor_batch['actions'] [n, chunk, action_dim])")
+        if isinstance(actions, np.ndarray) and actions.dtype == object:
+            try:
+                actions = np.stack(list(actions)).astype(np.float32)
+            except (ValueError, TypeError) as exc:
+                raise InvalidInputError(f"actions is an object array that does not stack into [n, chunk, action_dim]: {exc}") from None
+        manager = self._running_managers(mode)[stage]
+        with self._stage_locks[stage]:
+            m0 = manager.stats.wall_s
+            result = manager.chunk_step(actions)
+            inner = manager.stats.wall_s - m0
+        obs = dict(result.obs)
+        obs["task_descriptions"] = result.task_descriptions
+        out = create_env_batch_dataproto(
+            obs, result.rewards, result.terminations, result.truncations, result.infos, {"stage_id": stage, "rank": self.rank}
+        )
+        metrics = self._metrics[mode]
+        metrics.add_step(result.infos, result.task_descriptions, manager.num_envs, result.rewards.shape[1], None)
+        metrics.worker_s += time.perf_counter() - t0 - inner
+        return out
+
+    def reset_envs_to_state_ids(self, data: DataProto) -> DataProto:
+        """Reset every stage: ``state_ids`` (and optional ``task_ids``) of length ``num_envs * stage_num``.
+
+        Stage ``s`` gets rows ``[s*num_envs:(s+1)*num_envs]``; the result is concatenated stage-major.
+        """
+        if not isinstance(data, DataProto):
+            raise InvalidInputError(f"reset_envs_to_state_ids takes a DataProto, got {type(data).__name__}")
+        mode = self._mode(data)
+        managers = self._running_managers(mode)
+        expected = self.num_envs * self.stage_num
+        if "state_ids" not in data.non_tensor_batch and (data.batch is None or "state_ids" not in data.batch.keys()):
+            raise InvalidInputError(
+                f"the DataProto has no 'state_ids' (expected {expected} ids: num_envs={self.num_envs} x stages={self.stage_num})"
+            )
+        state_ids = _column(data, "state_ids")
+        task_ids = _column(data, "task_ids") if _has(data, "task_ids") else None
+        if len(state_ids) != expected:
+            raise InvalidInputError(
+                f"state_ids has {len(state_ids)} entries, expected num_envs * stage_num = {self.num_envs} * {self.stage_num} = {expected}"
+            )
+        if task_ids is not None and len(task_ids) != expected:
+            raise InvalidInputError(f"task_ids has {len(task_ids)} entries, expected {expected} (one per state id)")
+        n = self.num_envs
+        # Validate every stage's slice before touching any simulator.
+        for s, m in enumerate(managers):
+            m._check_ids(
+                _ints("state_ids", state_ids[s * n : (s + 1) * n]),
+                None if task_ids is None else _ints("task_ids", task_ids[s * n : (s + 1) * n]),
+            )
+
+        def reset(s: int) -> ResetResult:
+            with self._stage_locks[s]:
+                return managers[s].reset_envs_to_state_ids(
+                    state_ids[s * n : (s + 1) * n], None if task_ids is None else task_ids[s * n : (s + 1) * n]
+                )
+
+        results = list(self._pool.map(reset, range(self.stage_num)))
+        parts = []
+        for s, r in enumerate(results):
+            obs = dict(r.obs)
+            obs["task_descriptions"] = r.task_descriptions
+            z = np.zeros((n, 0))
+            part = create_env_batch_dataproto(obs, z.astype(np.float32), z.astype(bool), z.astype(bool), r.infos, {"rank": self.rank})
+            part.non_tensor_batch["stage_id"] = np.full(n, s, dtype=np.int64)
+            parts.append(part)
+        out = DataProto.concat(parts)
+        self._last_reset[mode] = out
+        return out
+
+    def get_all_state_ids(self, mode: str = "train") -> np.ndarray:
+        """Every state id the backend can reset to."""
+        return self._running_managers(self._mode(mode=mode))[0].get_all_state_ids()
+
+    def get_state_task_ids(self, mode: str = "train") -> np.ndarray:
+        """The task id of each of :meth:`get_all_state_ids`."""
+        return self._running_managers(self._mode(mode=mode))[0].get_state_task_ids()
+
+    def restart_step_result(self, stage_id: int, chunk: int, mode: str = "train") -> DataProto:
+        """What a step returns for this worker after the group rebuilt it: the last reset's
+        observations of ``stage_id``, zero rewards, truncation at the last sub-step and
+        ``sim_restarted`` True."""
+        last = self._last_reset.get(mode)
+        if last is None:
+            raise RuntimeError(f"worker {self.rank}: no reset to report after a restart")
+        n = self.num_envs
+        part = last.slice(stage_id * n, (stage_id + 1) * n)
+        obs = {k: part.batch[k] for k in OBS_KEYS if k in part.batch.keys()}
+        obs["task_descriptions"] = list(part.non_tensor_batch["task_descriptions"])
+        truncs = np.zeros((n, chunk), dtype=bool)
+        truncs[:, -1] = True
+        infos = {"sim_restarted": np.ones(n, dtype=bool), "worker_restarted": np.ones(n, dtype=bool)}
+        return create_env_batch_dataproto(
+            obs, np.zeros((n, chunk), np.float32), np.zeros((n, chunk), bool), truncs, infos, {"stage_id": stage_id, "rank": self.rank}
+        )
+
+    def finish_rollout(self, mode: str = "train") -> dict[str, Any]:
+        """Flush videos (``stage_{i}`` subdirectories) and return the rollout's metrics since the last call.
+
+        ``per_task``: task id -> description, episodes, successes, success_rate,
+        mean_return, mean_length; ``sim_restarts``; ``time``: seconds inside the
+        simulators, in transfer (messaging and copies) and in the worker; ``videos``.
+        """
+        mode = self._mode(mode=mode)
+        managers = self._managers.get(mode, [])
+        videos: list[str] = []
+        for s, m in enumerate(managers):
+            with self._stage_locks[s]:
+                videos += m.flush_video(f"stage_{s}")
+        for m in managers:
+            m.wait_video()
+        metrics = self._metrics.pop(mode, _Metrics())
+        per_task = {}
+        for task, row in sorted(metrics.per_task.items()):
+            eps = int(row["episodes"])
+            per_task[task] = {
+                "description": metrics.descriptions.get(task, ""),
+                "episodes": eps,
+                "successes": int(row["successes"]),
+                "success_rate": row["successes"] / eps if eps else 0.0,
+                "mean_return": row["return_sum"] / eps if eps else 0.0,
+                "mean_length": row["length_sum"] / eps if eps else 0.0,
+            }
+        sim_s = sum(m.stats.sim_s for m in managers)
+        transfer_s = sum(m.stats.transfer_s for m in managers)
+        return {
+            "rank": self.rank,
+            "mode": mode,
+            "per_task": per_task,
+            "episodes": sum(r["episodes"] for r in per_task.values()),
+            "successes": sum(r["successes"] for r in per_task.values()),
+            "env_steps": metrics.env_steps,
+            "chunks": metrics.chunks,
+            "sim_restarts": sum(m.stats.restarts for m in managers),
+            "time": {"simulator_s": sim_s, "transfer_s": transfer_s, "worker_s": metrics.worker_s},
+            "videos": videos,
+        }
+
+    def __del__(self) -> None:  # the managers clean up on GC too; this makes it prompt
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _has(data: DataProto, key: str) -> bool:
+    return key in data.non_tensor_batch or (data.batch is not None and key in data.batch.keys())
+
+
+def _column(data: DataProto, key: str) -> np.ndarray:
+    if key in data.non_tensor_batch:
+        return np.asarray(data.non_tensor_batch[key])
+    assert data.batch is not None
+    return data.batch[key].cpu().numpy()
+
+
+def _ints(name: str, arr: np.ndarray) -> np.ndarray:
+    from envfleet.manager import _as_ids
+
+    return _as_ids(name, arr, len(arr))

@@ -1,0 +1,55 @@
+"""Shared fixtures: leak checks for processes and shared-memory segments."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from envfleet.shm import SHM_PREFIX
+
+
+def shm_segments() -> set[str]:
+    """envfleet's segments in /dev/shm."""
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith(SHM_PREFIX)}
+    except FileNotFoundError:  # pragma: no cover - not Linux
+        return set()
+
+
+def child_pids(pid: int | None = None) -> set[int]:
+    """Direct children of ``pid`` (default: this process), from /proc."""
+    pid = os.getpid() if pid is None else pid
+    out: set[int] = set()
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                out |= {int(x) for x in fh.read().split()}
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.fixture
+def no_leaks():
+    """Fail the test if it leaves envfleet shm segments or shard processes behind."""
+    before_shm = shm_segments()
+    yield
+    import gc
+    import time
+
+    gc.collect()
+    deadline = time.time() + 10
+    while time.time() < deadline and (shm_segments() - before_shm):
+        time.sleep(0.1)
+    leaked = shm_segments() - before_shm
+    assert not leaked, f"leaked shared-memory segments: {sorted(leaked)}"

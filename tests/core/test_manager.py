@@ -1,0 +1,267 @@
+"""ProcessEnvManager with the toy backend: parallel shards, bad input, crash, hang, offload, leaks."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from envfleet.config import load_config
+from envfleet.errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
+from envfleet.manager import ProcessEnvManager
+
+from ..conftest import pid_alive, shm_segments
+
+
+def make_cfg(num_envs: int = 4, chunk: int = 4, **toy: object) -> object:
+    overrides = [f"actor.model.num_action_chunks={chunk}", f"train.num_envs={num_envs}"]
+    overrides += [
+        f"train.toy.{k}={v}" for k, v in toy.items() if k in ("step_cost_s", "envs_per_process", "raise_on_step", "raise_in_constructor")
+    ]
+    overrides += [
+        f"train.{k}={v}" for k, v in toy.items() if k not in ("step_cost_s", "envs_per_process", "raise_on_step", "raise_in_constructor")
+    ]
+    return load_config(overrides=["train.simulator_type=toy", *overrides])
+
+
+@pytest.fixture
+def manager(request, no_leaks):
+    kwargs = getattr(request, "param", {})
+    mgr = ProcessEnvManager(make_cfg(**kwargs))
+    mgr.start_simulator()
+    yield mgr
+    mgr.close()
+
+
+def actions(n: int = 4, chunk: int = 4, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-1, 1, (n, chunk, 7)).astype(np.float32)
+
+
+def test_one_process_per_shard(manager) -> None:
+    pids = manager.shard_pids()
+    assert manager.num_shards == 4 and len(set(pids)) == 4
+    assert all(pid_alive(p) for p in pids)
+
+
+@pytest.mark.parametrize("manager", [{"envs_per_process": 2}], indirect=True)
+def test_envs_per_process_groups_envs(manager) -> None:
+    assert manager.num_shards == 2
+    assert [s.env_slice for s in manager.shards] == [slice(0, 2), slice(2, 4)]
+
+
+def test_shards_step_in_parallel(no_leaks) -> None:
+    cost, chunk = 0.05, 4
+    with ProcessEnvManager(make_cfg(num_envs=2, chunk=chunk, step_cost_s=cost)) as mgr:
+        mgr.reset_envs_to_state_ids(np.arange(2))
+        mgr.chunk_step(actions(2, chunk))  # warm up
+        mgr.reset_envs_to_state_ids(np.arange(2))
+        t0 = time.perf_counter()
+        mgr.chunk_step(np.zeros((2, chunk, 7), np.float32))
+        wall = time.perf_counter() - t0
+    serial = 2 * cost * chunk
+    assert wall < 0.75 * serial, f"2 shards took {wall:.3f}s; one after the other would take {serial:.3f}s"
+
+
+def test_outputs_and_torch_actions(manager) -> None:
+    first = manager.reset_envs_to_state_ids(np.array([0, 10, 20, 5]), np.array([0, 1, 2, 0]))
+    assert first.task_descriptions[1] == "reach the green goal (task 1)"
+    out = manager.chunk_step(torch.from_numpy(actions()))
+    assert out.obs["full_image"].shape == (4, 64, 64, 3)
+    assert out.infos["sim_restarted"].tolist() == [False] * 4
+    assert out.infos["state_id"].tolist() == [0, 10, 20, 5]
+
+
+def test_calls_before_start_and_after_close_are_errors(no_leaks) -> None:
+    mgr = ProcessEnvManager(make_cfg())
+    with pytest.raises(RuntimeError, match="start_simulator"):
+        mgr.chunk_step(actions())
+    mgr.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        mgr.start_simulator()
+    mgr.close()  # twice is fine
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        (lambda m: m.chunk_step(np.zeros((3, 4, 7), np.float32)), r"shape \[num_envs=4, chunk=4, action_dim=7\], got \[3, 4, 7\]"),
+        (lambda m: m.chunk_step(np.zeros((4, 4, 7), np.int32)), "float dtype"),
+        (lambda m: m.chunk_step([[0.0]]), "numpy array"),
+        (lambda m: m.reset_envs_to_state_ids(np.array([0.5, 1, 2, 3])), "integers"),
+        (lambda m: m.reset_envs_to_state_ids(np.array([0, 1, 2, -1])), "state id -1 .env 3"),
+        (lambda m: m.reset_envs_to_state_ids(np.array([0, 1, 2, 3]), np.array([0, 0, 0])), r"task_ids must have shape \(4,\)"),
+        (lambda m: m.reset_envs_to_state_ids(np.array([0, 1, 2, 13]), np.array([0, 0, 0, 0])), "env 3.*task id 0.*state id 13.*task 1"),
+    ],
+    ids=["wrong-env-count", "int-actions", "list-actions", "fractional-ids", "negative-id", "short-task-ids", "task-mismatch"],
+)
+def test_bad_input_then_usable(manager, bad, match) -> None:
+    manager.reset_envs_to_state_ids(np.arange(4))
+    with pytest.raises(InvalidInputError, match=match):
+        bad(manager)
+    out = manager.chunk_step(actions())
+    assert out.rewards.shape == (4, 4)
+
+
+def _reset_obs(state_ids: np.ndarray) -> dict[str, np.ndarray]:
+    with ProcessEnvManager(make_cfg(num_envs=len(state_ids))) as ref:
+        return ref.reset_envs_to_state_ids(state_ids).obs
+
+
+def test_sigkill_between_calls_restarts_shard(manager) -> None:
+    ids = np.array([3, 4, 5, 6])
+    manager.reset_envs_to_state_ids(ids)
+    manager.chunk_step(actions())
+    victim = manager.shard_pids()[2]
+    os.kill(victim, signal.SIGKILL)
+    time.sleep(0.2)
+    out = manager.chunk_step(actions(seed=1))
+    assert out.infos["sim_restarted"].tolist() == [False, False, True, False]
+    assert out.truncations[2].tolist() == [False, False, False, True]
+    assert out.rewards[2].tolist() == [0, 0, 0, 0]
+    expected = _reset_obs(ids)
+    np.testing.assert_array_equal(out.obs["full_image"][2], expected["full_image"][2])
+    assert manager.stats.restarts == 1
+    assert manager.shard_pids()[2] != victim
+    nxt = manager.chunk_step(actions(seed=2))
+    assert not nxt.infos["sim_restarted"].any()
+
+
+@pytest.mark.parametrize("manager", [{"step_cost_s": 0.1}], indirect=True)
+def test_sigkill_during_call_restarts_shard(manager) -> None:
+    manager.reset_envs_to_state_ids(np.arange(4))
+    victim = manager.shard_pids()[0]
+    threading.Timer(0.15, os.kill, (victim, signal.SIGKILL)).start()
+    out = manager.chunk_step(actions())
+    assert out.infos["sim_restarted"].tolist() == [True, False, False, False]
+    assert out.truncations[0, -1] and not out.truncations[1:, -1].any()
+    assert not manager.chunk_step(actions()).infos["sim_restarted"].any()
+
+
+@pytest.mark.parametrize("manager", [{"step_timeout_s": 2.0}], indirect=True)
+def test_sigstop_hang_detected_by_deadline(manager) -> None:
+    manager.reset_envs_to_state_ids(np.arange(4))
+    victim = manager.shard_pids()[1]
+    os.kill(victim, signal.SIGSTOP)
+    t0 = time.perf_counter()
+    out = manager.chunk_step(actions())
+    stall = time.perf_counter() - t0
+    assert 1.9 < stall < 15
+    assert out.infos["sim_restarted"].tolist() == [False, True, False, False]
+    assert not pid_alive(victim)
+    assert "did not answer within 2 s" in manager.stats.restart_log[-1]["cause"]
+
+
+@pytest.mark.parametrize("manager", [{"max_restarts": 1}], indirect=True)
+def test_restart_limit_raises_with_details(manager) -> None:
+    manager.reset_envs_to_state_ids(np.arange(4))
+    os.kill(manager.shard_pids()[3], signal.SIGKILL)
+    manager.chunk_step(actions())
+    os.kill(manager.shard_pids()[3], signal.SIGKILL)
+    with pytest.raises(RestartLimitError) as info:
+        manager.chunk_step(actions())
+    msg = str(info.value)
+    assert "stage 0, shard 3 (envs 3)" in msg
+    assert "SIGKILL" in msg
+    assert "max_restarts=1" in msg
+    assert "envfleet shard: pid" in msg  # the tail of the child's output
+
+
+def test_backend_exception_carries_traceback_and_shard_survives(no_leaks) -> None:
+    with ProcessEnvManager(make_cfg(raise_on_step=1)) as mgr:
+        mgr.reset_envs_to_state_ids(np.arange(4))
+        mgr.chunk_step(actions())
+        pids = mgr.shard_pids()
+        with pytest.raises(EnvFleetSimulatorError) as info:
+            mgr.chunk_step(actions())
+        assert "raise_on_step=1 reached" in str(info.value)
+        assert "envfleet_toy/env.py" in info.value.remote_traceback
+        assert mgr.shard_pids() == pids
+        assert mgr.chunk_step(actions()).rewards.shape == (4, 4)
+
+
+def test_constructor_exception_reported(no_leaks) -> None:
+    mgr = ProcessEnvManager(make_cfg(raise_in_constructor=True))
+    with pytest.raises(EnvFleetSimulatorError, match="raise_in_constructor is set") as info:
+        mgr.start_simulator()
+    assert "ToyEnv" in info.value.remote_traceback or "__init__" in info.value.remote_traceback
+    assert not any(pid_alive(p) for p in mgr.shard_pids() if p)
+    mgr.close()
+
+
+def test_offload_continues_the_same_episodes(no_leaks) -> None:
+    ids = np.array([1, 11, 21, 2])
+    results = []
+    for offload in (False, True):
+        with ProcessEnvManager(make_cfg()) as mgr:
+            mgr.reset_envs_to_state_ids(ids)
+            mgr.chunk_step(actions(seed=3))
+            if offload:
+                pids = mgr.shard_pids()
+                mgr.stop_simulator()
+                assert not any(pid_alive(p) for p in pids)
+                assert mgr.shard_pids() == [None] * 4
+                mgr.start_simulator()
+            results.append(mgr.chunk_step(actions(seed=4)))
+    for key in results[0].obs:
+        np.testing.assert_array_equal(results[0].obs[key], results[1].obs[key])
+    np.testing.assert_array_equal(results[0].infos["episode_length"], results[1].infos["episode_length"])
+
+
+def test_no_leak_after_close(no_leaks) -> None:
+    before = shm_segments()
+    mgr = ProcessEnvManager(make_cfg())
+    mgr.start_simulator()
+    pids = mgr.shard_pids()
+    assert len(shm_segments() - before) == 4
+    mgr.close()
+    assert shm_segments() == before
+    assert not any(pid_alive(p) for p in pids)
+
+
+def test_no_leak_after_gc_without_close(no_leaks) -> None:
+    before = shm_segments()
+    mgr = ProcessEnvManager(make_cfg())
+    mgr.start_simulator()
+    pids = mgr.shard_pids()
+    del mgr
+    gc.collect()
+    assert shm_segments() == before
+    assert not any(pid_alive(p) for p in pids)
+
+
+def test_no_leak_after_parent_sigkill() -> None:
+    before = shm_segments()
+    code = textwrap.dedent(
+        """
+        import sys, time, numpy as np
+        from envfleet.config import load_config
+        from envfleet.manager import ProcessEnvManager
+        cfg = load_config(overrides=["train.simulator_type=toy", "train.num_envs=3"])
+        m = ProcessEnvManager(cfg); m.start_simulator(); m.reset_envs_to_state_ids(np.arange(3))
+        print(" ".join(map(str, m.shard_pids())), flush=True)
+        time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 3 and all(pid_alive(p) for p in pids)
+        assert len(shm_segments() - before) == 3
+        parent.kill()
+        parent.wait()
+        deadline = time.time() + 15
+        while time.time() < deadline and (any(pid_alive(p) for p in pids) or shm_segments() - before):
+            time.sleep(0.1)
+        assert not [p for p in pids if pid_alive(p)], "shard processes outlived their parent"
+        assert not (shm_segments() - before), "shared memory outlived its owner"
+    finally:
+        parent.kill()

@@ -1,0 +1,1 @@
+"""Test-only package: its plugin module fails to import, on purpose."""

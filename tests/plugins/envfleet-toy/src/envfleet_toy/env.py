@@ -1,0 +1,237 @@
+"""``ToyEnv``: a batch of 2-D point masses, each reaching a coloured goal.
+
+Fast, deterministic and pure numpy. State id ``s`` is trial ``s % states_per_task``
+of task ``s // states_per_task``; its start and goal positions depend on ``s`` only.
+The first two action components move the point (``0.05 * clip(a, -1, 1)`` per
+sub-step); success is being within 0.1 of the goal.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from envfleet.env import ChunkStepResult, Env, EnvContext, ObservationSpec, ResetResult
+from envfleet.episodes import EpisodeTracker, StateCycle
+from envfleet.errors import InvalidInputError
+
+from .plugin import observation_spec
+
+__all__ = ["ToyEnv", "COLOR_NAMES"]
+
+COLOR_NAMES = ["red", "green", "blue", "yellow", "magenta", "cyan", "orange", "purple"]
+_COLORS = np.array(
+    [(220, 40, 40), (40, 200, 60), (50, 80, 230), (230, 200, 40), (200, 60, 200), (40, 200, 200), (240, 140, 20), (120, 50, 170)],
+    dtype=np.uint8,
+)
+GOAL_RADIUS = 0.1
+SPEED = 0.05
+DEFAULT_MAX_EPISODE_STEPS = 50
+
+
+class ToyEnv(Env):
+    """The toy backend's :class:`~envfleet.env.Env`. See the module doc."""
+
+    supports_state = True
+
+    def __init__(self, cfg: Any, ctx: EnvContext) -> None:
+        tc = cfg.toy
+        if tc.raise_in_constructor:
+            raise RuntimeError("toy: train.toy.raise_in_constructor is set, so building the env fails (test hook)")
+        self.num_envs = ctx.num_envs
+        self.action_dim = 7
+        self.ctx = ctx
+        self.num_tasks = int(tc.num_tasks)
+        self.states_per_task = int(tc.states_per_task)
+        self.step_cost_s = float(tc.step_cost_s)
+        self.raise_on_step = int(tc.raise_on_step)
+        self.render_all = cfg.render == "all"
+        self._spec = observation_spec(cfg, self.num_envs)
+        h, w = self._spec["full_image"].shape[:2]
+        self._h, self._w = h, w
+        max_steps = cfg.max_episode_steps or DEFAULT_MAX_EPISODE_STEPS
+        self.tracker = EpisodeTracker(self.num_envs, max_steps, cfg.reward_coef, cfg.ignore_terminations)
+        self.cycle = (
+            StateCycle(self.get_all_state_ids(), cfg.seed, ctx.rank, ctx.stage_id, ctx.env_offset + np.arange(self.num_envs))
+            if cfg.auto_reset
+            else None
+        )
+        self.pos = np.zeros((self.num_envs, 2))
+        self.goal = np.zeros((self.num_envs, 2))
+        self.obs = {k: np.zeros((self.num_envs, *s.shape), dtype=s.dtype) for k, s in self._spec.items()}
+        self._chunks = 0
+        # The background and goal stamp are drawn once; a render is two slice writes.
+        yy = np.arange(h)[:, None]
+        self._background = np.empty((h, w, 3), dtype=np.uint8)
+        self._background[...] = np.broadcast_to((60 + 60 * yy / max(h - 1, 1))[..., None], (h, w, 1)).astype(np.uint8)
+        r = max(int(GOAL_RADIUS * w / 2), 1)
+        sy, sx = np.mgrid[-r : r + 1, -r : r + 1]
+        self._disc = (sy**2 + sx**2) <= r * r
+        self._r = r
+        self._closed = False
+
+    # ------------------------------------------------------------------ protocol
+    def observation_spec(self) -> ObservationSpec:
+        return dict(self._spec)
+
+    def get_all_state_ids(self) -> np.ndarray:
+        return np.arange(self.num_tasks * self.states_per_task, dtype=np.int64)
+
+    def get_state_task_ids(self) -> np.ndarray:
+        return self.get_all_state_ids() // self.states_per_task
+
+    def task_description(self, task_id: int) -> str:
+        return f"reach the {COLOR_NAMES[task_id % len(COLOR_NAMES)]} goal (task {task_id})"
+
+    def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
+        state_ids = np.asarray(state_ids, dtype=np.int64)
+        total = self.num_tasks * self.states_per_task
+        if state_ids.shape != (self.num_envs,):
+            raise InvalidInputError(f"state_ids must have shape ({self.num_envs},), got {state_ids.shape}")
+        bad = np.nonzero((state_ids < 0) | (state_ids >= total))[0]
+        if bad.size:
+            raise InvalidInputError(f"state id {int(state_ids[bad[0]])} (env {int(bad[0])}) is out of range: expected 0..{total - 1}")
+        tasks = state_ids // self.states_per_task
+        if task_ids is not None:
+            task_ids = np.asarray(task_ids, dtype=np.int64)
+            for i in range(self.num_envs):
+                if task_ids[i] != tasks[i]:
+                    raise InvalidInputError(
+                        f"env {i}: task id {int(task_ids[i])} does not match state id {int(state_ids[i])}, which belongs to task {int(tasks[i])}"
+                    )
+        for i, sid in enumerate(state_ids):
+            self._reset_one(i, int(sid))
+        self._render(np.arange(self.num_envs))
+        return ResetResult(obs=self._copy_obs(), task_descriptions=self._descriptions(), infos={"state_id": state_ids.copy()})
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
+        step_index = self._chunks
+        self._chunks += 1
+        if step_index == self.raise_on_step:
+            raise RuntimeError(f"toy: train.toy.raise_on_step={self.raise_on_step} reached (test hook)")
+        if actions.ndim != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != self.action_dim:
+            raise InvalidInputError(f"actions must have shape [{self.num_envs}, chunk, {self.action_dim}], got {list(actions.shape)}")
+        chunk = actions.shape[1]
+        t = self.tracker
+        t.start_chunk(chunk)
+        touched = np.zeros(self.num_envs, dtype=bool)
+        for k in range(chunk):
+            live = t.active()
+            idx = np.nonzero(live)[0]
+            touched |= live
+            if self.step_cost_s > 0 and idx.size:
+                _busy_wait(self.step_cost_s * idx.size)
+            self.pos[idx] = np.clip(self.pos[idx] + SPEED * np.clip(actions[idx, k, :2], -1.0, 1.0), -1.0, 1.0)
+            success = np.linalg.norm(self.pos - self.goal, axis=1) < GOAL_RADIUS
+            t.record(k, live, success)
+            if self.render_all and idx.size:
+                self._render(idx)
+        if not self.render_all:
+            self._render(np.nonzero(touched)[0])
+        flags = t.end_chunk()
+        if self.cycle is not None and flags.ended.any():
+            reset = np.nonzero(flags.ended)[0]
+            for i in reset:
+                sid = self.cycle.next(int(i))
+                self._reset_one(int(i), sid)
+                flags.infos["reset_state_id"][i] = sid
+            self._render(reset)
+        return ChunkStepResult(
+            obs=self._copy_obs(),
+            task_descriptions=self._descriptions(),
+            rewards=flags.rewards,
+            terminations=flags.terminations,
+            truncations=flags.truncations,
+            infos=flags.infos,
+        )
+
+    def get_state(self) -> Any:
+        return {
+            "pos": self.pos.copy(),
+            "goal": self.goal.copy(),
+            "tracker": self.tracker.get_state(),
+            "cycle": None if self.cycle is None else self.cycle.get_state(),
+            "obs": self._copy_obs(),
+            "chunks": self._chunks,
+        }
+
+    def load_state(self, state: Any) -> None:
+        self.pos = state["pos"].copy()
+        self.goal = state["goal"].copy()
+        self.tracker.load_state(state["tracker"])
+        if self.cycle is not None and state["cycle"] is not None:
+            self.cycle.load_state(state["cycle"])
+        for key, value in state["obs"].items():
+            self.obs[key][...] = value
+        self._chunks = int(state["chunks"])
+
+    def close(self) -> None:
+        self._closed = True
+
+    # ------------------------------------------------------------------ internals
+    def _reset_one(self, i: int, sid: int) -> None:
+        rng = np.random.default_rng(sid)
+        while True:
+            start = rng.uniform(-0.8, 0.8, size=2)
+            goal = rng.uniform(-0.6, 0.6, size=2)
+            if np.linalg.norm(start - goal) > 3 * GOAL_RADIUS:
+                break
+        self.pos[i] = start
+        self.goal[i] = goal
+        self.tracker.begin(np.array([i]), np.array([sid]), np.array([sid // self.states_per_task]))
+
+    def _descriptions(self) -> list[str]:
+        return [self.task_description(int(t)) if t >= 0 else "" for t in self.tracker.task_ids]
+
+    def _to_px(self, xy: np.ndarray, center: np.ndarray, scale: float) -> tuple[int, int]:
+        px = (xy - center) * scale
+        col = int(round((px[0] + 1) * 0.5 * (self._w - 1)))
+        row = int(round((1 - (px[1] + 1) * 0.5) * (self._h - 1)))
+        return row, col
+
+    def _stamp(self, img: np.ndarray, row: int, col: int, mask: np.ndarray, color: np.ndarray) -> None:
+        r = mask.shape[0] // 2
+        r0, r1, c0, c1 = row - r, row + r + 1, col - r, col + r + 1
+        ir0, ir1, ic0, ic1 = max(r0, 0), min(r1, img.shape[0]), max(c0, 0), min(c1, img.shape[1])
+        if ir0 >= ir1 or ic0 >= ic1:
+            return
+        sub = mask[ir0 - r0 : ir1 - r0, ic0 - c0 : ic1 - c0]
+        img[ir0:ir1, ic0:ic1][sub] = color
+
+    def _draw(self, img: np.ndarray, i: int, center: np.ndarray, scale: float) -> None:
+        img[...] = self._background
+        color = _COLORS[self.tracker.task_ids[i] % len(_COLORS)]
+        self._stamp(img, *self._to_px(self.goal[i], center, scale), self._disc, color)
+        box = np.ones((max(self._r, 1) * 2 - 1,) * 2, dtype=bool) if self._r > 1 else np.ones((1, 1), dtype=bool)
+        self._stamp(img, *self._to_px(self.pos[i], center, scale), box, np.array([250, 250, 250], dtype=np.uint8))
+
+    def _render(self, idx: np.ndarray) -> None:
+        zero = np.zeros(2)
+        for i in idx:
+            self._draw(self.obs["full_image"][i], int(i), zero, 1.0)
+            if "wrist_image" in self.obs:
+                # A camera riding on the point: the goal seen from the point, twice as close.
+                self._draw(self.obs["wrist_image"][i], int(i), self.pos[i], 2.0)
+            d = self.goal[i] - self.pos[i]
+            t = self.tracker.task_ids[i]
+            self.obs["state"][i] = (
+                self.pos[i][0],
+                self.pos[i][1],
+                self.goal[i][0],
+                self.goal[i][1],
+                d[0],
+                d[1],
+                float(np.hypot(*d)),
+                float(t) / max(self.num_tasks, 1),
+            )
+
+    def _copy_obs(self) -> dict[str, np.ndarray]:
+        return {k: v.copy() for k, v in self.obs.items()}
+
+
+def _busy_wait(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass

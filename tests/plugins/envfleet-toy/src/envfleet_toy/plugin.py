@@ -1,0 +1,58 @@
+"""The toy backend's plugin module: its config schema, observation spec and registration.
+
+This module is what the ``envfleet`` entry point names. It imports nothing heavy:
+the env class is named as a ``"module:attr"`` string and imported only in the
+shard process that builds it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from envfleet.env import ArraySpec, ObservationSpec
+from envfleet.plugins import BackendRegistry, BackendSpec, hookimpl
+
+__all__ = ["ToyConfig", "observation_spec", "envfleet_register_backends"]
+
+
+@dataclass
+class ToyConfig:
+    """Options of the toy backend, under ``train.toy``."""
+
+    num_tasks: int = 3  # distinct goals (colours); task t has states_per_task fixed initial states
+    states_per_task: int = 10  # fixed initial states per task
+    step_cost_s: float = 0.0  # busy-wait per env per sub-step, to stand in for a slow simulator
+    envs_per_process: int = 1  # envs that share one shard process
+    raise_on_step: int = -1  # test hook: raise inside the N-th chunk_step (0-based); -1 never
+    raise_in_constructor: bool = False  # test hook: raise while building the env
+
+
+def observation_spec(cfg: Any, num_envs: int) -> ObservationSpec:
+    """``full_image`` (and ``wrist_image`` with two camera names) and an 8-dim ``state``."""
+    h, w = int(cfg.init_params.camera_heights), int(cfg.init_params.camera_widths)
+    spec = {"full_image": ArraySpec((h, w, 3), "uint8")}
+    if len(cfg.init_params.camera_names) >= 2:
+        spec["wrist_image"] = ArraySpec((h, w, 3), "uint8")
+    spec["state"] = ArraySpec((8,), "float32")
+    return spec
+
+
+@hookimpl
+def envfleet_register_backends(registry: BackendRegistry) -> None:
+    """Register the ``toy`` backend."""
+    registry.register(
+        BackendSpec(
+            name="toy",
+            env_factory="envfleet_toy.env:ToyEnv",
+            observation_spec=observation_spec,
+            config_schema=ToyConfig,
+            defaults={
+                "init_params": {"camera_heights": 64, "camera_widths": 64, "camera_names": ["table", "wrist"]},
+            },
+            envs_per_process=lambda cfg: int(cfg.toy.envs_per_process),
+            action_dim=7,
+            package="envfleet-toy",
+            description="2-D point mass reaching a coloured goal; pure numpy, deterministic",
+        )
+    )
