@@ -50,19 +50,8 @@ def _install_project(session: nox.Session, extra: list[str] | None = None) -> No
 def tests(session: nox.Session) -> None:
     """Everything that runs on Python 3.11 (core, toy, ray-worker, LIBERO, reliability)."""
     _install_project(session)
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "tests",
-        "--ignore=tests/isaac",
-        "-p",
-        "no:cacheprovider",
-        "--timeout=900",
-        "-ra",
-        *session.posargs,
-        env=RENDER_ENV,
-    )
+    args = session.posargs or ["tests", "--ignore=tests/isaac"]
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
 
 
 @nox.session(name="tests-isaac", python=PY312)
@@ -76,18 +65,9 @@ def tests_isaac(session: nox.Session) -> None:
         "--no-deps", "-e", "packages/core", "-e", "packages/ray-worker", "-e", "packages/backend-isaac", "-e", "tests/plugins/envfleet-toy"
     )
     warp_cache = os.path.join(session.cache_dir, "warp")
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "tests/isaac",
-        "-p",
-        "no:cacheprovider",
-        "--timeout=1500",
-        "-ra",
-        *session.posargs,
-        env={"WARP_CACHE_PATH": warp_cache, "OMNI_KIT_ACCEPT_EULA": "YES"},
-    )
+    args = session.posargs or ["tests/isaac"]
+    env = {"WARP_CACHE_PATH": warp_cache, "OMNI_KIT_ACCEPT_EULA": "YES"}
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=1500", "-ra", *args, env=env)
 
 
 @nox.session(python=PY311)

@@ -204,7 +204,7 @@ def _merge(schema: type, prefix: str, *layers: Any) -> DictConfig:
 def _check_missing(cfg: DictConfig, prefix: str) -> None:
     for key in cfg:
         if OmegaConf.is_missing(cfg, key):
-            raise ConfigError(f"config key '{prefix}{key}' is required and has no value")
+            raise ConfigError(f"config key '{prefix}{key!s}' is required and has no value")
 
 
 def _check_values(section: DictConfig, prefix: str) -> None:
@@ -235,7 +235,7 @@ def _load_section(name: str, user: Any, lookup: Callable[[str], Any], known_back
     if not isinstance(user, (Mapping, DictConfig)):
         raise ConfigError(f"config section '{name}' must be a mapping, got {type(user).__name__}")
     user = (
-        OmegaConf.to_container(OmegaConf.create(user), resolve=False)
+        OmegaConf.to_container(OmegaConf.create(dict(user)), resolve=False)
         if isinstance(user, Mapping)
         else OmegaConf.to_container(user, resolve=False)
     )
@@ -268,7 +268,7 @@ def _load_section(name: str, user: Any, lookup: Callable[[str], Any], known_back
         raise ConfigError(f"config section '{prefix}{simulator}' given, but backend {simulator!r} has no options of its own")
     else:
         out[simulator] = {}
-    return out
+    return {str(k): v for k, v in out.items()}
 
 
 def load_config(
@@ -299,7 +299,7 @@ def load_config(
         if not os.path.isfile(path):
             raise ConfigError(f"config file not found: {os.fspath(path)!r} (expected a YAML file in verl's env layout)")
         try:
-            loaded = OmegaConf.load(path)
+            loaded = OmegaConf.load(os.fspath(path))
         except Exception as exc:
             raise ConfigError(f"config file {os.fspath(path)!r} is not valid YAML: {exc}") from None
         if not isinstance(loaded, DictConfig):

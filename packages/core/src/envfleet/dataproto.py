@@ -133,7 +133,7 @@ class DataProto:
         """Raise ``ValueError`` naming the key when arrays disagree on the batch size."""
         if self.batch is not None and len(self.batch.batch_size) != 1:
             raise ValueError(f"DataProto.batch must have one batch dimension, got batch_size={list(self.batch.batch_size)}")
-        tensors = {} if self.batch is None else {k: self.batch[k] for k in self.batch.keys()}
+        tensors = {} if self.batch is None else {k: self.batch[k] for k in _keys(self.batch)}
         _common_size(tensors, self.non_tensor_batch, batch_size=None if self.batch is None else int(self.batch.batch_size[0]))
 
     def __len__(self) -> int:
@@ -195,7 +195,7 @@ class DataProto:
         """A DataProto holding only the named keys (all of a kind when ``None``)."""
         batch = self.batch
         if batch_keys is not None and batch is not None:
-            batch = batch.select(*_check_keys("batch", batch_keys, list(batch.keys())))
+            batch = batch.select(*_check_keys("batch", batch_keys, _keys(batch)))
         non_tensor = self.non_tensor_batch
         if non_tensor_batch_keys is not None:
             keys = _check_keys("non_tensor_batch", non_tensor_batch_keys, list(non_tensor))
@@ -221,8 +221,8 @@ class DataProto:
         if batch_keys:
             if self.batch is None:
                 raise KeyError(f"cannot pop batch keys {batch_keys}: this DataProto has no tensors")
-            for key in _check_keys("batch", batch_keys, list(self.batch.keys())):
-                tensors[key] = self.batch.pop(key)
+            for key in _check_keys("batch", batch_keys, _keys(self.batch)):
+                tensors[key] = self.batch.pop(key)  # type: ignore[assignment]
         non_tensors = {
             k: self.non_tensor_batch.pop(k) for k in _check_keys("non_tensor_batch", non_tensor_batch_keys, list(self.non_tensor_batch))
         }
@@ -268,13 +268,13 @@ class DataProto:
         has_batch = [p.batch is not None for p in data]
         if any(has_batch) and not all(has_batch):
             raise ValueError("concat: some parts have tensors and some do not")
-        batch = None
+        batch: TensorDict | None = None
         if all(has_batch):
             keys = set(data[0].batch.keys())  # type: ignore[union-attr]
             for i, part in enumerate(data[1:], 1):
                 if set(part.batch.keys()) != keys:  # type: ignore[union-attr]
                     raise ValueError(f"concat: part {i} has tensor keys {sorted(part.batch.keys())}, part 0 has {sorted(keys)}")  # type: ignore[union-attr]
-            batch = torch.cat([p.batch for p in data], dim=0)  # type: ignore[misc]
+            batch = torch.cat([p.batch for p in data], dim=0)  # type: ignore[misc,assignment]
         nt_keys = set(data[0].non_tensor_batch)
         for i, part in enumerate(data[1:], 1):
             if set(part.non_tensor_batch) != nt_keys:
@@ -326,6 +326,10 @@ def _common_size(tensors: Mapping[str, torch.Tensor], non_tensors: Mapping[str, 
             elif n != size:
                 raise ValueError(f"batch size mismatch: {kind} {key!r} has {n} rows, {first_key!r} has {size}")
     return 0 if size is None else size
+
+
+def _keys(td: TensorDict) -> list[str]:
+    return [str(k) for k in td.keys()]
 
 
 def _check_keys(kind: str, wanted: Iterable[str], have: list[str]) -> list[str]:

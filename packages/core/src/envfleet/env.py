@@ -135,6 +135,16 @@ class Env:
         """
         return []
 
+    def bind_observation_buffers(self, buffers: dict[str, np.ndarray]) -> bool:
+        """Optionally write observations straight into ``buffers`` (shared memory).
+
+        Called once in the shard process with one array per observation key,
+        shaped ``[num_envs, *spec.shape]``. An env that returns True promises to
+        return these very arrays in ``obs`` from then on, saving a copy per call.
+        The default keeps the env's own arrays (the shard copies them).
+        """
+        return False
+
     def get_state(self) -> Any:
         """A picklable snapshot from which :meth:`load_state` continues the same episodes."""
         raise NotImplementedError(f"{type(self).__name__} does not support get_state()")

@@ -46,6 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 from .env import ChunkStepResult, EnvContext, ResetResult
 from .errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
 from .plugins import BackendSpec, get_backend
+from .shard import unpack_arrays
 from .shm import ShmBlock, ShmLayout
 
 __all__ = ["ProcessEnvManager", "ManagerStats", "validate_actions"]
@@ -209,6 +210,16 @@ def _as_ids(name: str, ids: Any, n: int) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _decode(payload: Any) -> Any:
+    """Unpack the arrays of a reset/step reply (see envfleet.shard.pack_arrays)."""
+    if isinstance(payload, dict) and "infos" in payload and isinstance(payload["infos"], tuple):
+        payload = dict(payload)
+        payload["infos"] = unpack_arrays(*payload["infos"])
+        if "flags" in payload:
+            payload.update(unpack_arrays(payload.pop("flags"), {}))
+    return payload
+
+
 class ProcessEnvManager:
     """Runs one stage's envs out of process. Same call surface as :class:`~envfleet.env.Env`.
 
@@ -251,7 +262,8 @@ class ProcessEnvManager:
         self._lock = threading.RLock()
         self._running = False
         self._closed = False
-        self._info_templates: dict[str, tuple[np.dtype[Any], tuple[int, ...]]] = {}
+        # dtype and trailing shape of each info key, per call kind, to fill the rows of a restarted shard
+        self._info_templates: dict[str, dict[str, tuple[np.dtype[Any], tuple[int, ...]]]] = {"reset": {}, "step": {}}
         self._descriptions: list[str] = [""] * self.num_envs
         self._res = _Resources()
         self._finalizer = weakref.finalize(self, self._res.cleanup)
@@ -387,7 +399,7 @@ class ProcessEnvManager:
                 infos.append(dict(reply["infos"]))
             result.task_descriptions = descriptions
             self._descriptions = descriptions
-            result.infos = self._merge_infos(infos, restarted)
+            result.infos = self._merge_infos(infos, restarted, "reset")
             self._account(t0, sim_s)
             if self._recorder is not None:
                 self._recorder.add(result.obs, result.infos.get("task_id"), None, None)
@@ -425,7 +437,7 @@ class ProcessEnvManager:
                 rewards=rewards,
                 terminations=terms,
                 truncations=truncs,
-                infos=self._merge_infos(infos, restarted),
+                infos=self._merge_infos(infos, restarted, "step"),
             )
             self._account(t0, sim_s)
             if self._recorder is not None:
@@ -528,7 +540,7 @@ class ProcessEnvManager:
 
     def _await_init(self, shards: list[_Shard]) -> None:
         replies = self._collect(shards, self.start_timeout_s)
-        errors = []
+        errors: list[Exception] = []
         for shard, (status, payload) in zip(shards, replies):
             if status == "ok":
                 self._on_init(payload)
@@ -567,7 +579,7 @@ class ProcessEnvManager:
         """Await one reply from each shard: ("ok", payload), ("err", (kind, msg, tb)) or ("died"/"hung", how)."""
         deadline = time.monotonic() + timeout
         results: dict[int, tuple[str, Any]] = {}
-        waiting = {s.conn: s for s in shards if s.conn is not None}
+        waiting: dict[Any, _Shard] = {s.conn: s for s in shards if s.conn is not None}
         for s in shards:
             if s.conn is None:
                 results[s.index] = ("died", "was not running")
@@ -576,9 +588,9 @@ class ProcessEnvManager:
             if remaining <= 0:
                 break
             for conn in wait(list(waiting), timeout=remaining):
-                shard = waiting.pop(conn)  # type: ignore[arg-type]
+                shard = waiting.pop(conn)
                 try:
-                    reply = conn.recv()  # type: ignore[union-attr]
+                    reply = shard.conn.recv()  # type: ignore[union-attr]
                 except (EOFError, OSError):
                     try:
                         shard.proc.wait(timeout=5.0)  # type: ignore[union-attr]
@@ -588,7 +600,7 @@ class ProcessEnvManager:
                     continue
                 shard.pending = None
                 if reply[0] == "ok":
-                    results[shard.index] = ("ok", reply[1])
+                    results[shard.index] = ("ok", _decode(reply[1]))
                     shard.sim_s = reply[2]  # type: ignore[attr-defined]
                 else:
                     results[shard.index] = ("err", reply[1:])
@@ -701,16 +713,17 @@ class ProcessEnvManager:
                 out[key][shard.env_slice] = view
         return out
 
-    def _merge_infos(self, infos: list[dict[str, Any]], restarted: set[int]) -> dict[str, np.ndarray]:
+    def _merge_infos(self, infos: list[dict[str, Any]], restarted: set[int], kind: str) -> dict[str, np.ndarray]:
+        templates = self._info_templates[kind]
         keys: list[str] = []
         for part in infos:
             for key, value in part.items():
                 value = np.asarray(value)
                 if key not in keys:
                     keys.append(key)
-                if key not in self._info_templates and value.ndim >= 1:
-                    self._info_templates[key] = (value.dtype, value.shape[1:])
-        keys = keys + [k for k in self._info_templates if k not in keys]
+                if key not in templates and value.ndim >= 1:
+                    templates[key] = (value.dtype, value.shape[1:])
+        keys = keys + [k for k in templates if k not in keys]
         merged: dict[str, np.ndarray] = {}
         for key in keys:
             parts = []
@@ -718,7 +731,7 @@ class ProcessEnvManager:
                 if key in part and np.asarray(part[key]).ndim >= 1 and len(part[key]) == shard.num_envs:
                     parts.append(np.asarray(part[key]))
                 else:
-                    dtype, tail = self._info_templates.get(key, (np.dtype(np.float32), ()))
+                    dtype, tail = templates.get(key, (np.dtype(np.float32), ()))
                     fill = -1 if dtype.kind in "iu" else (False if dtype.kind == "b" else 0)
                     parts.append(np.full((shard.num_envs, *tail), fill, dtype=dtype))
             try:

@@ -111,7 +111,7 @@ class VideoRecorder:
                 for frame in frames:
                     if ph or pw:
                         frame = np.pad(frame, ((0, ph), (0, pw), (0, 0)))
-                    writer.append_data(frame)
+                    writer.append_data(frame)  # type: ignore[attr-defined]
         except BaseException as exc:
             self._errors.append(exc)
 

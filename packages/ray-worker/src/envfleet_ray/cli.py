@@ -104,7 +104,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         assert isinstance(data, dict)
         for section in ("train", "val"):
             data[section]["video_cfg"]["video_base_dir"] = os.path.join(out_dir, video_dir)
-        cfg = load_config(data=data)
+        cfg = load_config(data={str(k): v for k, v in data.items()})
     chunk, action_dim = int(cfg.actor.model.num_action_chunks), int(cfg.actor.model.action_dim)
     policy = load_policy(args.policy, chunk, action_dim, seed=int(cfg.train.seed))
     if cfg.train.video_cfg.save_video:

@@ -26,8 +26,13 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, **kwargs: 
     if address:
         ray.init(address=address, **kwargs)
         return {"address": address, "local": False}
-    # In Ray 2.60 this makes a local start bind every service to 127.0.0.1.
+    # In Ray 2.60 this makes a local start bind every service to 127.0.0.1. Ray reads it
+    # at import time, so the already-imported constant is set too; Ray's own processes
+    # inherit the environment variable.
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local only: no token file in ~/.ray
     ray.init(
         num_cpus=num_cpus,

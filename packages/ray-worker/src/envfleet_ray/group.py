@@ -280,7 +280,7 @@ def concat_harmonized(parts: Sequence[DataProto]) -> DataProto:
     for p in parts:
         if p.batch is not None:
             for k in p.batch.keys():
-                tensor_keys.setdefault(k, p.batch[k])
+                tensor_keys.setdefault(str(k), p.batch[k])
         for k, v in p.non_tensor_batch.items():
             nt_keys.setdefault(k, v)
     import torch

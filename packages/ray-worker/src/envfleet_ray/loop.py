@@ -120,13 +120,20 @@ class EnvLoop:
                     self._account(result, stats)
                     obs[s] = result
                     done[s] = (result.batch["terminations"][:, -1] | result.batch["truncations"][:, -1]).numpy()
-                if s == 0 and it > 0 and not self.auto_reset and all(d.all() for d in done):
-                    # Finished envs stay finished, so the other stages' pending results are done too.
+                if s == 0 and it > 0 and not self.auto_reset and done[0].all():
+                    # Stage 0 has finished: collect the other stages (in flight anyway) and,
+                    # if every env is finished, start new episodes everywhere.
                     for other in sorted(pending):
-                        self._account(pending.pop(other).get(), stats)
-                    obs = self.reset()
-                    stats.resets += 1
-                    done = [np.zeros(self.W * self.N, dtype=bool) for _ in range(self.S)]
+                        t0 = time.perf_counter()
+                        result = pending.pop(other).get()
+                        stats.wait_s += time.perf_counter() - t0
+                        self._account(result, stats)
+                        obs[other] = result
+                        done[other] = (result.batch["terminations"][:, -1] | result.batch["truncations"][:, -1]).numpy()
+                    if all(d.all() for d in done):
+                        obs = self.reset()
+                        stats.resets += 1
+                        done = [np.zeros(self.W * self.N, dtype=bool) for _ in range(self.S)]
                 pending[s] = self._act(obs[s], s, stats)
             stats.chunks_per_stage += 1
             stats.cycle_s.append(time.perf_counter() - t_cycle)

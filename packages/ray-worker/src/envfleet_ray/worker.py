@@ -254,10 +254,10 @@ class EnvWorker:
             m0 = manager.stats.wall_s
             result = manager.chunk_step(actions)
             inner = manager.stats.wall_s - m0
-        obs = dict(result.obs)
+        obs: dict[str, Any] = dict(result.obs)
         obs["task_descriptions"] = result.task_descriptions
         out = create_env_batch_dataproto(
-            obs, result.rewards, result.terminations, result.truncations, result.infos, {"stage_id": stage, "rank": self.rank}
+            obs, result.rewards, result.terminations, result.truncations, result.infos, {"stage_id": stage}
         )
         metrics = self._metrics[mode]
         metrics.add_step(result.infos, result.task_descriptions, manager.num_envs, result.rewards.shape[1], None)
@@ -303,10 +303,10 @@ class EnvWorker:
         results = list(self._pool.map(reset, range(self.stage_num)))
         parts = []
         for s, r in enumerate(results):
-            obs = dict(r.obs)
-            obs["task_descriptions"] = r.task_descriptions
+            stage_obs: dict[str, Any] = dict(r.obs)
+            stage_obs["task_descriptions"] = r.task_descriptions
             z = np.zeros((n, 0))
-            part = create_env_batch_dataproto(obs, z.astype(np.float32), z.astype(bool), z.astype(bool), r.infos, {"rank": self.rank})
+            part = create_env_batch_dataproto(stage_obs, z.astype(np.float32), z.astype(bool), z.astype(bool), r.infos)
             part.non_tensor_batch["stage_id"] = np.full(n, s, dtype=np.int64)
             parts.append(part)
         out = DataProto.concat(parts)
@@ -330,13 +330,14 @@ class EnvWorker:
             raise RuntimeError(f"worker {self.rank}: no reset to report after a restart")
         n = self.num_envs
         part = last.slice(stage_id * n, (stage_id + 1) * n)
-        obs = {k: part.batch[k] for k in OBS_KEYS if k in part.batch.keys()}
+        assert part.batch is not None
+        obs: dict[str, Any] = {k: part.batch[k] for k in OBS_KEYS if k in part.batch.keys()}
         obs["task_descriptions"] = list(part.non_tensor_batch["task_descriptions"])
         truncs = np.zeros((n, chunk), dtype=bool)
         truncs[:, -1] = True
         infos = {"sim_restarted": np.ones(n, dtype=bool), "worker_restarted": np.ones(n, dtype=bool)}
         return create_env_batch_dataproto(
-            obs, np.zeros((n, chunk), np.float32), np.zeros((n, chunk), bool), truncs, infos, {"stage_id": stage_id, "rank": self.rank}
+            obs, np.zeros((n, chunk), np.float32), np.zeros((n, chunk), bool), truncs, infos, {"stage_id": stage_id}
         )
 
     def finish_rollout(self, mode: str = "train") -> dict[str, Any]:

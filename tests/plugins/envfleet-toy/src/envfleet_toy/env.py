@@ -71,6 +71,7 @@ class ToyEnv(Env):
         self._disc = (sy**2 + sx**2) <= r * r
         self._r = r
         self._closed = False
+        self._bound = False
 
     # ------------------------------------------------------------------ protocol
     def observation_spec(self) -> ObservationSpec:
@@ -147,13 +148,21 @@ class ToyEnv(Env):
             infos=flags.infos,
         )
 
+    def bind_observation_buffers(self, buffers: dict[str, np.ndarray]) -> bool:
+        # Draw straight into the manager's shared memory: no copy per step.
+        for key, value in self.obs.items():
+            buffers[key][...] = value
+        self.obs = buffers
+        self._bound = True
+        return True
+
     def get_state(self) -> Any:
         return {
             "pos": self.pos.copy(),
             "goal": self.goal.copy(),
             "tracker": self.tracker.get_state(),
             "cycle": None if self.cycle is None else self.cycle.get_state(),
-            "obs": self._copy_obs(),
+            "obs": {k: v.copy() for k, v in self.obs.items()},
             "chunks": self._chunks,
         }
 
@@ -228,7 +237,8 @@ class ToyEnv(Env):
             )
 
     def _copy_obs(self) -> dict[str, np.ndarray]:
-        return {k: v.copy() for k, v in self.obs.items()}
+        # Bound to shared memory, the arrays themselves are the result (the shard reads them there).
+        return dict(self.obs) if self._bound else {k: v.copy() for k, v in self.obs.items()}
 
 
 def _busy_wait(seconds: float) -> None:

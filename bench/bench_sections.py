@@ -1,0 +1,427 @@
+"""The benchmark sections of bench/run.py. Each measures, prints and writes its figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from run import IMG, OUT, ROOT, timed, write
+
+# ---------------------------------------------------------------------------------------------- manager
+
+
+def _toy_cfg(n: int, hw: int, chunk: int = 1, **train: Any) -> Any:
+    from envfleet.config import load_config
+
+    overrides = [
+        "train.simulator_type=toy",
+        f"train.num_envs={n}",
+        f"actor.model.num_action_chunks={chunk}",
+        f"train.init_params.camera_heights={hw}",
+        f"train.init_params.camera_widths={hw}",
+        "train.max_episode_steps=100000",
+    ]
+    overrides += [f"train.{k}={v}" for k, v in train.items()]
+    return load_config(overrides=overrides)
+
+
+def _manager_rate(n: int, hw: int, repeat: int) -> float:
+    from envfleet.manager import ProcessEnvManager
+
+    with ProcessEnvManager(_toy_cfg(n, hw)) as mgr:
+        mgr.reset_envs_to_state_ids(np.arange(n))
+        actions = np.zeros((n, 1, 7), np.float32)
+        return timed(lambda: mgr.chunk_step(actions), repeat, warmup=20)
+
+
+class _ToyGymEnv:
+    """One toy env (the same drawing code) behind gymnasium's API, for AsyncVectorEnv."""
+
+    def __init__(self, hw: int) -> None:
+        import gymnasium as gym
+
+        from envfleet.env import EnvContext
+        from envfleet_toy.env import ToyEnv
+
+        cfg = _toy_cfg(1, hw)
+        self.env = ToyEnv(cfg.train, EnvContext(num_envs=1, action_dim=7, num_action_chunks=1))
+        img = gym.spaces.Box(0, 255, (hw, hw, 3), np.uint8)
+        self.observation_space = gym.spaces.Dict(
+            {"full_image": img, "wrist_image": img, "state": gym.spaces.Box(-np.inf, np.inf, (8,), np.float32)}
+        )
+        self.action_space = gym.spaces.Box(-1, 1, (7,), np.float32)
+        self.metadata: dict[str, Any] = {}
+        self.render_mode = None
+        self.spec = None
+        self.np_random = np.random.default_rng(0)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        out = self.env.reset_envs_to_state_ids(np.array([0]))
+        return {k: v[0] for k, v in out.obs.items()}, {}
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        out = self.env.chunk_step(np.asarray(action, np.float32).reshape(1, 1, 7))
+        return {k: v[0] for k, v in out.obs.items()}, float(out.rewards[0, 0]), False, False, {}
+
+    def close(self) -> None:
+        self.env.close()
+
+    @property
+    def unwrapped(self) -> _ToyGymEnv:
+        return self
+
+
+def _make_gym_env(hw: int) -> Any:
+    import gymnasium as gym
+
+    class Wrapped(gym.Env):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.inner = _ToyGymEnv(hw)
+            self.observation_space = self.inner.observation_space
+            self.action_space = self.inner.action_space
+
+        def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+            return self.inner.reset()
+
+        def step(self, action: np.ndarray) -> Any:
+            return self.inner.step(action)
+
+    return Wrapped()
+
+
+def _async_rate(n: int, hw: int, repeat: int) -> float:
+    from functools import partial
+
+    from gymnasium.vector import AsyncVectorEnv
+
+    venv = AsyncVectorEnv([partial(_make_gym_env, hw) for _ in range(n)], shared_memory=True, context="spawn")
+    try:
+        venv.reset()
+        actions = np.zeros((n, 7), np.float32)
+        return timed(lambda: venv.step(actions), repeat, warmup=20)
+    finally:
+        venv.close()
+
+
+def bench_manager() -> None:
+    """ProcessEnvManager against gymnasium's AsyncVectorEnv and an in-process memcpy; fixed cost of a call."""
+    n, hw = 8, 256
+    rows = []
+    t_mgr = _manager_rate(n, hw, 200)
+    t_async = _async_rate(n, hw, 200)
+    nbytes = n * 2 * hw * hw * 3 + n * 8 * 4
+    src = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
+    dst = np.empty_like(src)
+    t_copy = timed(lambda: np.copyto(dst, src), 200)
+    rows.append({"what": f"ProcessEnvManager, {n} shards, 2x{hw}x{hw}x3 images, chunk 1", "env steps/s": n / t_mgr, "ms per call": t_mgr * 1e3})
+    rows.append({"what": f"gymnasium AsyncVectorEnv(shared_memory=True), {n} envs, same images", "env steps/s": n / t_async, "ms per call": t_async * 1e3})
+    rows.append({"what": f"in-process memcpy of the same {nbytes / 2**20:.1f} MiB (the limit)", "env steps/s": n / t_copy, "ms per call": t_copy * 1e3})
+    t_fixed = _manager_rate(n, 4, 500)
+    rows.append({"what": f"fixed cost: ProcessEnvManager, {n} shards, zero-cost env, 4x4 images", "env steps/s": n / t_fixed, "ms per call": t_fixed * 1e3})
+    notes = [
+        f"ProcessEnvManager / AsyncVectorEnv: {t_async / t_mgr:.2f}x (target >= 1.5x)",
+        f"fixed cost of one chunk_step on {n} shards: {t_fixed * 1e3:.2f} ms (target <= 1 ms)",
+        "Both sides run the same toy drawing code per env (AsyncVectorEnv wraps the toy env in gymnasium's API).",
+    ]
+    write("manager", rows, notes, {"ratio_vs_async": t_async / t_mgr, "fixed_cost_ms": t_fixed * 1e3})
+
+
+# ---------------------------------------------------------------------------------------------- worker / pipeline
+
+
+def _ray() -> None:
+    from envfleet_ray import init_ray
+
+    init_ray(num_cpus=4)
+
+
+def bench_worker() -> None:
+    """env_interact_step through the actor against calling the stage's manager directly (toy and LIBERO)."""
+    import ray
+
+    from envfleet.dataproto import DataProto
+    from envfleet.manager import ProcessEnvManager
+    from envfleet_ray.group import EnvWorkerGroup
+
+    _ray()
+    rows = []
+    cases: list[tuple[str, Any, int]] = [("toy, zero cost, 2 envs, 64x64, chunk 8", _toy_cfg(2, 64, chunk=8), 200)]
+    if _libero_installed():
+        cases.append(("LIBERO spatial, 2 envs, 128x128, chunk 8, render last", _libero_cfg(2, 128, "last", stages=1), 6))
+    for label, cfg, repeat in cases:
+        n = int(cfg.train.num_envs)
+        chunk = int(cfg.actor.model.num_action_chunks)
+        actions = np.zeros((n, chunk, 7), np.float32)
+        with ProcessEnvManager(cfg) as mgr:
+            ids = mgr.get_all_state_ids()[:n]
+            mgr.reset_envs_to_state_ids(ids)
+            t_direct = timed(lambda mgr=mgr: mgr.chunk_step(actions), repeat, warmup=2)
+        group = EnvWorkerGroup(cfg, num_workers=1)
+        try:
+            group.init_worker()
+            group.init_simulator()
+            stages = group.stage_num
+            group.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": np.resize(ids, n * stages)})).get()
+            data = DataProto.from_dict(non_tensors={"actions": actions}, meta_info={"stage_id": 0})
+            t_actor = timed(lambda group=group, data=data: group.env_interact_step(data).get(), repeat, warmup=2)
+        finally:
+            group.shutdown()
+        rows.append(
+            {
+                "case": label,
+                "manager direct (ms)": t_direct * 1e3,
+                "through the actor (ms)": t_actor * 1e3,
+                "added (ms)": (t_actor - t_direct) * 1e3,
+                "added (%)": (t_actor / t_direct - 1) * 100,
+            }
+        )
+    ray.shutdown()
+    write(
+        "worker",
+        rows,
+        ["Targets: at most 5% more for LIBERO, at most 2 ms more for the zero-cost toy.", "The actor path includes Ray's task submission and the DataProto's trip through the object store."],
+    )
+
+
+def bench_pipeline() -> None:
+    """2 stages, a sleep policy serving one stage at a time with latency = one stage's chunk time."""
+    import ray
+
+    from envfleet.dataproto import DataProto
+    from envfleet_ray.group import EnvWorkerGroup
+    from envfleet_ray.loop import EnvLoop
+    from envfleet_ray.policies import SleepPolicy
+
+    _ray()
+    chunk, n = 8, 2
+    # One env per shard, each sub-step costing 6 ms: a stage chunk ~ 48 ms of simulator time, using both cores.
+    from envfleet.config import load_config
+
+    cfg = load_config(data=_container(_toy_cfg(n, 64, chunk=chunk)), overrides=["rollout.pipeline_stage_num=2", "train.toy.step_cost_s=0.006"])
+    group = EnvWorkerGroup(cfg, num_workers=1)
+    rows = []
+    try:
+        group.init_worker()
+        group.init_simulator()
+        ids = group.get_all_state_ids()[: n * 2]
+        group.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": ids})).get()
+        step = DataProto.from_dict(non_tensors={"actions": np.zeros((n, chunk, 7), np.float32)}, meta_info={"stage_id": 0})
+        t_env = timed(lambda: group.env_interact_step(step).get(), 10, warmup=2)
+        policy = SleepPolicy(chunk, 7, t_env)
+        cycles = 20
+        stats = EnvLoop(group, policy).run(cycles + 2)
+        cycle = float(np.median(stats.cycle_s[2:]))
+        ideal = max(2 * t_env, 2 * policy.seconds)  # max(total env time, total policy time) over the 2 stages
+        rows.append(
+            {
+                "stage chunk time (ms)": t_env * 1e3,
+                "policy latency (ms)": t_env * 1e3,
+                "cycle, pipelined (ms)": cycle * 1e3,
+                "ideal max(env, policy) (ms)": ideal * 1e3,
+                "no overlap (ms)": 4 * t_env * 1e3,
+                "cycle / ideal": cycle / ideal,
+            }
+        )
+    finally:
+        group.shutdown()
+        ray.shutdown()
+    write("pipeline", rows, ["Target: cycle / ideal <= 1.15 (2.0 without overlap)."], {"ratio": rows[0]["cycle / ideal"]})
+    _plot_pipeline(rows[0])
+
+
+def _container(cfg: Any) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(data, dict)
+    data.pop("val", None)
+    return {str(k): v for k, v in data.items()}
+
+
+def _plot_pipeline(row: dict[str, Any]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    os.makedirs(IMG, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6, 3))
+    labels = ["no overlap", "pipelined", "ideal"]
+    values = [row["no overlap (ms)"], row["cycle, pipelined (ms)"], row["ideal max(env, policy) (ms)"]]
+    ax.barh(labels, values, color=["#bbbbbb", "#3b7dd8", "#58a55c"])
+    ax.set_xlabel("ms per cycle (2 stages, each stepped once)")
+    ax.set_title("Pipelining: policy for one stage while the other steps")
+    fig.tight_layout()
+    fig.savefig(os.path.join(IMG, "bench_pipeline.png"), dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------- LIBERO
+
+
+def _libero_installed() -> bool:
+    from envfleet.plugins import list_backends
+
+    return "libero" in list_backends()
+
+
+def _libero_cfg(n: int, hw: int, render: str, stages: int = 1, chunk: int = 8) -> Any:
+    from envfleet.config import load_config
+
+    return load_config(
+        overrides=[
+            "train.simulator_type=libero",
+            "train.task_suite_name=libero_spatial",
+            f"train.num_envs={n}",
+            f"train.render={render}",
+            f"train.init_params.camera_heights={hw}",
+            f"train.init_params.camera_widths={hw}",
+            f"actor.model.num_action_chunks={chunk}",
+            f"rollout.pipeline_stage_num={stages}",
+            "train.max_episode_steps=100000",
+        ]
+    )
+
+
+def bench_libero() -> None:
+    """LIBERO sub-steps/s through ProcessEnvManager vs plain OffScreenRenderEnv loops side by side."""
+    if not _libero_installed():
+        print("libero: backend not installed, skipped")
+        return
+    from envfleet.manager import ProcessEnvManager
+
+    chunk, chunks = 8, 4
+    rows = []
+    for hw in (128, 256):
+        for render in ("last", "all"):
+            for n in (2, 4):
+                cfg = _libero_cfg(n, hw, render, chunk=chunk)
+                rng = np.random.default_rng(0)
+                with ProcessEnvManager(cfg) as mgr:
+                    mgr.reset_envs_to_state_ids(mgr.get_all_state_ids()[:n])
+                    mgr.chunk_step((rng.uniform(-1, 1, (n, chunk, 7)) * 0.3).astype(np.float32))
+                    t0 = time.perf_counter()
+                    for _ in range(chunks):
+                        mgr.chunk_step((rng.uniform(-1, 1, (n, chunk, 7)) * 0.3).astype(np.float32))
+                    rate = n * chunk * chunks / (time.perf_counter() - t0)
+                    rss = _rss_mb(mgr.shard_pids())
+                limit = _plain_libero_rate(n, hw, render, chunk, chunks)
+                rows.append(
+                    {
+                        "size": hw,
+                        "render": render,
+                        "envs": n,
+                        "envfleet sub-steps/s": rate,
+                        "plain loops sub-steps/s (limit)": limit,
+                        "envfleet / limit": rate / limit,
+                        "RSS per env process (MB)": rss,
+                    }
+                )
+                print(rows[-1], flush=True)
+    notes = []
+    for hw in (128, 256):
+        for n in (2, 4):
+            last = next(r for r in rows if r["size"] == hw and r["envs"] == n and r["render"] == "last")
+            allr = next(r for r in rows if r["size"] == hw and r["envs"] == n and r["render"] == "all")
+            notes.append(f"{hw}x{hw}, {n} envs: render last / render all = {last['envfleet sub-steps/s'] / allr['envfleet sub-steps/s']:.1f}x (target >= 4x at chunk 8)")
+    notes.append("Targets: envfleet >= 0.9 of the limit (the same number of plain OffScreenRenderEnv processes run side by side, rendering the same sub-steps).")
+    write("libero", rows, notes)
+    _plot_libero(rows)
+
+
+def _rss_mb(pids: list[int | None]) -> float:
+    values = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        values.append(int(line.split()[1]) / 1024)
+        except (OSError, TypeError):
+            pass
+    return float(np.mean(values)) if values else float("nan")
+
+
+def _plain_libero_rate(n: int, hw: int, render: str, chunk: int, chunks: int) -> float:
+    """n plain OffScreenRenderEnv loops, one per process, started together; combined sub-steps/s."""
+    script = os.path.join(ROOT, "bench", "plain_libero.py")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, str(hw), render, str(chunk), str(chunks), str(i)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")},
+        )
+        for i in range(n)
+    ]
+    # Each process builds its env, then waits for the file barrier so that all step at the same time.
+    outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    start = min(o["t_start"] for o in outs)
+    end = max(o["t_end"] for o in outs)
+    return n * chunk * chunks / (end - start)
+
+
+def _plot_libero(rows: list[dict[str, Any]]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    os.makedirs(IMG, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
+    for ax, hw in zip(axes, (128, 256)):
+        for render, color in (("last", "#3b7dd8"), ("all", "#d8703b")):
+            sel = [r for r in rows if r["size"] == hw and r["render"] == render]
+            xs = [r["envs"] for r in sel]
+            ax.plot(xs, [r["envfleet sub-steps/s"] for r in sel], "o-", color=color, label=f"envfleet, render {render}")
+            ax.plot(xs, [r["plain loops sub-steps/s (limit)"] for r in sel], "x--", color=color, alpha=0.6, label=f"plain loops, render {render}")
+        ax.set_title(f"LIBERO {hw}x{hw}, chunk 8")
+        ax.set_xlabel("envs")
+        ax.set_xticks([2, 4])
+    axes[0].set_ylabel("sub-steps / s")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(IMG, "bench_libero.png"), dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------- Isaac
+
+
+def bench_isaac() -> None:
+    """Runs the Isaac benchmark script in the Python 3.12 venv of `nox -s tests-isaac`, if it exists."""
+    candidates = sorted(
+        p
+        for p in (
+            os.path.join(ROOT, ".nox", "tests-isaac", "bin", "python"),
+            os.environ.get("ENVFLEET_ISAAC_PYTHON", ""),
+        )
+        if p and os.path.exists(p)
+    )
+    script = next(
+        (p for p in (os.path.join(ROOT, "tests", "isaac", "bench_isaac.py"), os.path.join(ROOT, "packages", "backend-isaac", "bench_isaac.py")) if os.path.exists(p)),
+        None,
+    )
+    if not candidates or script is None:
+        print("isaac: no Python 3.12 venv with Isaac Lab (run `nox -s tests-isaac` first), skipped")
+        return
+    out = subprocess.run([candidates[0], script], capture_output=True, text=True, timeout=3600, env={**os.environ, "OMNI_KIT_ACCEPT_EULA": "YES"})
+    if out.returncode != 0:
+        print(f"isaac: benchmark failed:\n{out.stderr[-2000:]}")
+        return
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    rows = result["rows"] if "rows" in result else [result]
+    write("isaac", rows, result.get("notes", ["Target: envfleet / direct >= 0.95."]))
+
+
+__all__ = ["bench_isaac", "bench_libero", "bench_manager", "bench_pipeline", "bench_worker", "OUT"]

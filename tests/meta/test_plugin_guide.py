@@ -1,0 +1,51 @@
+"""Follow docs/plugins.md from scratch: a fresh venv, the guide's files, `envfleet backends`, the conformance suite."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import venv
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "plugins.md"
+
+
+def guide_files() -> dict[str, str]:
+    """Every code block of the guide that carries a title= file name."""
+    text = GUIDE.read_text()
+    blocks = re.findall(r'```\w+ title="([^"]+)"\n(.*?)```', text, flags=re.S)
+    return {name: body for name, body in blocks}
+
+
+def test_guide_has_the_plugin_files() -> None:
+    files = guide_files()
+    for name in ("pyproject.toml", "plugin.py", "env.py", "test_conformance.py"):
+        assert any(path.endswith(name) for path in files), f"the guide lost its {name} block"
+
+
+def test_following_the_guide_in_a_fresh_venv(tmp_path) -> None:
+    for rel, body in guide_files().items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body)
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    py = str(env_dir / "bin" / "python")
+    pins = str(ROOT / "requirements" / "py311.txt")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{env['PATH']}"
+
+    def run(*cmd: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=timeout)
+        assert out.returncode == 0, f"{' '.join(cmd)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+        return out
+
+    # envfleet itself (core + the command), pinned; then the guide's package, as a user installs it.
+    run(py, "-m", "pip", "install", "-q", "-c", pins, str(ROOT / "packages" / "core"), str(ROOT / "packages" / "ray-worker"), "pytest")
+    run(py, "-m", "pip", "install", "-q", "-c", pins, "./envfleet-line")
+    listed = run(str(env_dir / "bin" / "envfleet"), "backends").stdout
+    assert re.search(r"^line\s+envfleet-line\s+0\.1\.0", listed, flags=re.M), listed
+    suite = run(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "envfleet-line/tests")
+    assert re.search(r"\d+ passed", suite.stdout) and "failed" not in suite.stdout, suite.stdout

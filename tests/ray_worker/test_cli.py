@@ -1,0 +1,69 @@
+"""The `envfleet` command, run as a user runs it (a subprocess), with the toy backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ENVFLEET = [sys.executable, "-m", "envfleet_ray.cli"]
+
+
+def run(*args: str, cwd: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*ENVFLEET, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env={**os.environ, "RAY_ADDRESS": ""})
+
+
+def test_backends_lists_toy_and_the_broken_plugin() -> None:
+    out = run("backends")
+    assert out.returncode == 0, out.stderr
+    assert "toy" in out.stdout and "envfleet-toy" in out.stdout and "0.1.0" in out.stdout
+    assert "broken: failed to import: ImportError" in out.stdout and "unobtainium" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["rollout", "--bogus"], "unrecognized arguments: --bogus"),
+        (["rollout", "--workers", "0", "train.simulator_type=toy"], "--workers must be >= 1"),
+        (["rollout", "--steps", "x"], "invalid int value"),
+        (["rollout", "--config", "missing.yaml"], "config file not found: 'missing.yaml'"),
+        (["rollout", "train.simulator_type=toyy"], "unknown backend 'toyy'"),
+        (["rollout", "train.simulator_type=toy", "train.num_env=2"], "Did you mean 'train.num_envs'"),
+        (["rollout", "train.simulator_type=toy", "train.num_envs=two"], "'train.num_envs' has a wrong value"),
+        (["rollout", "train.simulator_type=toy", "train.isaac.x=1", "train.libero.y=2"], "train.isaac"),
+        (["rollout", "--policy", "no_such_module_xyz:policy", "train.simulator_type=toy"], "cannot import module 'no_such_module_xyz'"),
+        (["rollout", "--policy", "os.path:join;rm", "train.simulator_type=toy"], "is not one of: zero, random"),
+        (["rollout", "--policy", "sleep:soon", "train.simulator_type=toy"], "sleep:SECONDS with a number"),
+        (["rollout", "train.simulator_type"], "key=value"),
+    ],
+    ids=["bad-flag", "zero-workers", "bad-int", "missing-config", "unknown-backend", "misspelt-key", "mistyped-key",
+         "foreign-section", "policy-import", "policy-injection", "policy-sleep", "bad-override"],
+)
+def test_bad_options_end_with_one_line_and_exit_2(args, message) -> None:
+    out = run(*args, timeout=120)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_rollout_writes_summary(tmp_path) -> None:
+    out = run(
+        "rollout", "--steps", "4", "--workers", "1", "--out", str(tmp_path / "run"), "--policy", "zero",
+        "train.simulator_type=toy", "train.num_envs=2", "rollout.pipeline_stage_num=2", "actor.model.num_action_chunks=4",
+        "train.max_episode_steps=8", "train.video_cfg.save_video=true",
+    )
+    assert out.returncode == 0, out.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    for key in ("backend", "task_suite_name", "workers", "stages", "num_envs", "env_steps", "wall_s", "env_steps_per_s",
+                "success_rate", "per_task", "videos", "sim_restarts"):
+        assert key in summary, key
+    assert summary["backend"] == "toy" and summary["stages"] == 2 and summary["workers"] == 1
+    assert summary["env_steps"] == 4 * 2 * 2 * 4
+    assert sum(t["episodes"] for t in summary["per_task"].values()) == 8
+    assert len(summary["videos"]) == 2 and all(os.path.getsize(v) > 0 for v in summary["videos"])
+    assert all(str(tmp_path) in v for v in summary["videos"])
+    assert "env steps/s" in out.stdout and "description" in out.stdout

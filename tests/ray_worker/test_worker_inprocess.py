@@ -1,0 +1,159 @@
+"""EnvWorker in-process with the toy backend: every seed method, stage split, outputs, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from envfleet.config import load_config
+from envfleet.dataproto import DataProto
+from envfleet.errors import InvalidInputError
+from envfleet_ray.worker import EnvWorker, create_env_batch_dataproto, put_tensor_cpu
+
+N, S, CHUNK = 2, 2, 4
+
+
+@pytest.fixture(scope="module")
+def worker():
+    cfg = load_config(
+        overrides=[
+            "train.simulator_type=toy",
+            f"train.num_envs={N}",
+            f"rollout.pipeline_stage_num={S}",
+            f"actor.model.num_action_chunks={CHUNK}",
+            "train.max_episode_steps=8",
+        ]
+    )
+    w = EnvWorker(cfg, rank=0)
+    w.init_worker()
+    w.init_simulator()
+    yield w
+    w.close()
+
+
+def step_data(stage: object, n: int = N, seed: int = 0, **meta: object) -> DataProto:
+    acts = np.random.default_rng(seed).uniform(-1, 1, (n, CHUNK, 7)).astype(np.float32)
+    return DataProto.from_dict(non_tensors={"actions": acts}, meta_info={"stage_id": stage, **meta})
+
+
+def reset(worker: EnvWorker, ids: list[int], tasks: list[int] | None = None) -> DataProto:
+    nt = {"state_ids": np.array(ids)}
+    if tasks is not None:
+        nt["task_ids"] = np.array(tasks)
+    return worker.reset_envs_to_state_ids(DataProto.from_dict(non_tensors=nt))
+
+
+def test_get_all_state_ids(worker) -> None:
+    ids = worker.get_all_state_ids()
+    assert ids.tolist() == list(range(30))
+    assert worker.get_state_task_ids().tolist() == [i // 10 for i in range(30)]
+
+
+def test_reset_splits_by_stage_and_concatenates_stage_major(worker) -> None:
+    out = reset(worker, [0, 11, 22, 3], [0, 1, 2, 0])
+    assert len(out) == N * S
+    assert out.batch["state_id"].tolist() == [0, 11, 22, 3]
+    assert out.non_tensor_batch["stage_id"].tolist() == [0, 0, 1, 1]
+    assert out.non_tensor_batch["task_descriptions"][2] == "reach the blue goal (task 2)"
+    assert out.batch["full_image"].shape == (4, 64, 64, 3) and out.batch["full_image"].dtype == torch.uint8
+
+
+def test_env_interact_step_keys_shapes_dtypes(worker) -> None:
+    reset(worker, [0, 1, 2, 3])
+    out = worker.env_interact_step(step_data(1))
+    assert out.meta_info["stage_id"] == 1
+    b = out.batch
+    assert b["full_image"].shape == (N, 64, 64, 3) and b["full_image"].dtype == torch.uint8
+    assert b["wrist_image"].shape == (N, 64, 64, 3)
+    assert b["state"].shape == (N, 8) and b["state"].dtype == torch.float32
+    assert b["rews"].shape == (N, CHUNK) and b["rews"].dtype == torch.float32
+    assert b["terminations"].dtype == torch.bool and b["truncations"].shape == (N, CHUNK)
+    for key in ("success_once", "episode_return", "episode_length", "state_id", "task_id", "episode_ended", "sim_restarted"):
+        assert key in b.keys(), key
+    assert b["state_id"].tolist() == [2, 3]  # stage 1 holds the second half of the reset
+    assert list(out.non_tensor_batch["task_descriptions"]) == ["reach the red goal (task 0)"] * 2
+
+
+def test_stages_are_independent(worker) -> None:
+    reset(worker, [0, 1, 2, 3])
+    a = worker.env_interact_step(step_data(0, seed=5))
+    b = worker.env_interact_step(step_data(0, seed=5))
+    c = worker.env_interact_step(step_data(1, seed=5))
+    assert a.batch["episode_length"].tolist() == [CHUNK, CHUNK]
+    assert b.batch["episode_length"].tolist() == [2 * CHUNK, 2 * CHUNK]
+    assert c.batch["episode_length"].tolist() == [CHUNK, CHUNK]
+
+
+def test_finish_rollout_counts_episodes_per_task(worker) -> None:
+    worker.finish_rollout()  # clear
+    reset(worker, [0, 10, 20, 21])
+    for _ in range(2):  # max_episode_steps=8 = 2 chunks: every env truncates
+        for s in range(S):
+            worker.env_interact_step(step_data(s))
+    m = worker.finish_rollout("train")
+    assert m["episodes"] == 4
+    assert {t: r["episodes"] for t, r in m["per_task"].items()} == {0: 1, 1: 1, 2: 2}
+    assert m["per_task"][2]["mean_length"] == 8
+    assert m["env_steps"] == 2 * S * N * CHUNK
+    assert set(m["time"]) == {"simulator_s", "transfer_s", "worker_s"}
+    assert m["time"]["simulator_s"] > 0 and m["sim_restarts"] == 0
+    assert worker.finish_rollout("train")["episodes"] == 0
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (lambda: DataProto.from_dict(non_tensors={"actions": np.zeros((N, CHUNK, 7), np.float32)}), "stage_id'\\] is missing"),
+        (lambda: step_data(S), "out of range: this worker has stages 0..1"),
+        (lambda: step_data(-1), "out of range"),
+        (lambda: step_data("0"), "must be an int"),
+        (lambda: step_data(0.0), "must be an int"),
+        (lambda: step_data(True), "must be an int"),
+        (lambda: step_data(0, n=N + 1), "shape"),
+        (lambda: DataProto.from_dict(non_tensors={"acts": np.zeros((N, CHUNK, 7))}, meta_info={"stage_id": 0}), "no 'actions'"),
+        (lambda: step_data(0, mode="test"), "mode must be 'train' or 'val'"),
+    ],
+    ids=["no-stage", "stage-too-big", "stage-negative", "stage-str", "stage-float", "stage-bool", "wrong-n", "no-actions", "bad-mode"],
+)
+def test_bad_step_input_then_usable(worker, data, match) -> None:
+    reset(worker, [0, 1, 2, 3])
+    with pytest.raises(InvalidInputError, match=match):
+        worker.env_interact_step(data())
+    assert worker.env_interact_step(step_data(0)).batch["rews"].shape == (N, CHUNK)
+
+
+@pytest.mark.parametrize(
+    ("ids", "tasks", "match"),
+    [
+        ([0, 1, 2], None, "has 3 entries, expected num_envs \\* stage_num = 2 \\* 2 = 4"),
+        ([0, 1, 2, 99], None, "state id 99"),
+        ([0, 1, 2, 3], [0, 0, 0, 1], "task id 1 does not match state id 3"),
+    ],
+    ids=["short", "unknown-id", "task-mismatch"],
+)
+def test_bad_reset_input_then_usable(worker, ids, tasks, match) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        reset(worker, ids, tasks)
+    assert len(reset(worker, [4, 5, 6, 7])) == 4
+
+
+def test_empty_batch_rejected(worker) -> None:
+    with pytest.raises(InvalidInputError, match=r"num_envs=2"):
+        worker.env_interact_step(DataProto.from_dict(non_tensors={"actions": np.zeros((0, CHUNK, 7), np.float32)}, meta_info={"stage_id": 0}))
+
+
+def test_helpers() -> None:
+    t = torch.arange(6).reshape(2, 3).t()
+    out = put_tensor_cpu({"a": t, "b": 1, "c": {"d": t}})
+    assert out["a"].is_contiguous() and out["b"] == 1 and out["c"]["d"].is_contiguous()
+    d = create_env_batch_dataproto(
+        {"full_image": np.zeros((2, 4, 4, 3), np.uint8), "state": np.zeros((2, 8), np.float32), "task_descriptions": ["a", "b"]},
+        np.zeros((2, 3), np.float32),
+        np.zeros((2, 3), bool),
+        np.zeros((2, 3), bool),
+        {"names": np.array(["x", "y"], dtype=object), "rews": np.ones(2)},
+    )
+    assert "wrist_image" not in d.batch.keys()
+    assert d.non_tensor_batch["names"].tolist() == ["x", "y"]
+    assert d.batch["info_rews"].tolist() == [1.0, 1.0]  # a clashing info name is kept, prefixed
