@@ -119,11 +119,31 @@ def bench_manager() -> None:
     src = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
     dst = np.empty_like(src)
     t_copy = timed(lambda: np.copyto(dst, src), 200)
-    rows.append({"what": f"ProcessEnvManager, {n} shards, 2x{hw}x{hw}x3 images, chunk 1", "env steps/s": n / t_mgr, "ms per call": t_mgr * 1e3})
-    rows.append({"what": f"gymnasium AsyncVectorEnv(shared_memory=True), {n} envs, same images", "env steps/s": n / t_async, "ms per call": t_async * 1e3})
-    rows.append({"what": f"in-process memcpy of the same {nbytes / 2**20:.1f} MiB (the limit)", "env steps/s": n / t_copy, "ms per call": t_copy * 1e3})
+    rows.append(
+        {"what": f"ProcessEnvManager, {n} shards, 2x{hw}x{hw}x3 images, chunk 1", "env steps/s": n / t_mgr, "ms per call": t_mgr * 1e3}
+    )
+    rows.append(
+        {
+            "what": f"gymnasium AsyncVectorEnv(shared_memory=True), {n} envs, same images",
+            "env steps/s": n / t_async,
+            "ms per call": t_async * 1e3,
+        }
+    )
+    rows.append(
+        {
+            "what": f"in-process memcpy of the same {nbytes / 2**20:.1f} MiB (the limit)",
+            "env steps/s": n / t_copy,
+            "ms per call": t_copy * 1e3,
+        }
+    )
     t_fixed = _manager_rate(n, 4, 500)
-    rows.append({"what": f"fixed cost: ProcessEnvManager, {n} shards, zero-cost env, 4x4 images", "env steps/s": n / t_fixed, "ms per call": t_fixed * 1e3})
+    rows.append(
+        {
+            "what": f"fixed cost: ProcessEnvManager, {n} shards, zero-cost env, 4x4 images",
+            "env steps/s": n / t_fixed,
+            "ms per call": t_fixed * 1e3,
+        }
+    )
     notes = [
         f"ProcessEnvManager / AsyncVectorEnv: {t_async / t_mgr:.2f}x (target >= 1.5x)",
         f"fixed cost of one chunk_step on {n} shards: {t_fixed * 1e3:.2f} ms (target <= 1 ms)",
@@ -185,7 +205,10 @@ def bench_worker() -> None:
     write(
         "worker",
         rows,
-        ["Targets: at most 5% more for LIBERO, at most 2 ms more for the zero-cost toy.", "The actor path includes Ray's task submission and the DataProto's trip through the object store."],
+        [
+            "Targets: at most 5% more for LIBERO, at most 2 ms more for the zero-cost toy.",
+            "The actor path includes Ray's task submission and the DataProto's trip through the object store.",
+        ],
     )
 
 
@@ -203,7 +226,9 @@ def bench_pipeline() -> None:
     # One env per shard, each sub-step costing 6 ms: a stage chunk ~ 48 ms of simulator time, using both cores.
     from envfleet.config import load_config
 
-    cfg = load_config(data=_container(_toy_cfg(n, 64, chunk=chunk)), overrides=["rollout.pipeline_stage_num=2", "train.toy.step_cost_s=0.006"])
+    cfg = load_config(
+        data=_container(_toy_cfg(n, 64, chunk=chunk)), overrides=["rollout.pipeline_stage_num=2", "train.toy.step_cost_s=0.006"]
+    )
     group = EnvWorkerGroup(cfg, num_workers=1)
     rows = []
     try:
@@ -331,8 +356,12 @@ def bench_libero() -> None:
         for n in (2, 4):
             last = next(r for r in rows if r["size"] == hw and r["envs"] == n and r["render"] == "last")
             allr = next(r for r in rows if r["size"] == hw and r["envs"] == n and r["render"] == "all")
-            notes.append(f"{hw}x{hw}, {n} envs: render last / render all = {last['envfleet sub-steps/s'] / allr['envfleet sub-steps/s']:.1f}x (target >= 4x at chunk 8)")
-    notes.append("Targets: envfleet >= 0.9 of the limit (the same number of plain OffScreenRenderEnv processes run side by side, rendering the same sub-steps).")
+            notes.append(
+                f"{hw}x{hw}, {n} envs: render last / render all = {last['envfleet sub-steps/s'] / allr['envfleet sub-steps/s']:.1f}x (target >= 4x at chunk 8)"
+            )
+    notes.append(
+        "Targets: envfleet >= 0.9 of the limit (the same number of plain OffScreenRenderEnv processes run side by side, rendering the same sub-steps)."
+    )
     write("libero", rows, notes)
     _plot_libero(rows)
 
@@ -384,7 +413,14 @@ def _plot_libero(rows: list[dict[str, Any]]) -> None:
             sel = [r for r in rows if r["size"] == hw and r["render"] == render]
             xs = [r["envs"] for r in sel]
             ax.plot(xs, [r["envfleet sub-steps/s"] for r in sel], "o-", color=color, label=f"envfleet, render {render}")
-            ax.plot(xs, [r["plain loops sub-steps/s (limit)"] for r in sel], "x--", color=color, alpha=0.6, label=f"plain loops, render {render}")
+            ax.plot(
+                xs,
+                [r["plain loops sub-steps/s (limit)"] for r in sel],
+                "x--",
+                color=color,
+                alpha=0.6,
+                label=f"plain loops, render {render}",
+            )
         ax.set_title(f"LIBERO {hw}x{hw}, chunk 8")
         ax.set_xlabel("envs")
         ax.set_xticks([2, 4])
@@ -409,13 +445,22 @@ def bench_isaac() -> None:
         if p and os.path.exists(p)
     )
     script = next(
-        (p for p in (os.path.join(ROOT, "tests", "isaac", "bench_isaac.py"), os.path.join(ROOT, "packages", "backend-isaac", "bench_isaac.py")) if os.path.exists(p)),
+        (
+            p
+            for p in (
+                os.path.join(ROOT, "tests", "isaac", "bench_isaac.py"),
+                os.path.join(ROOT, "packages", "backend-isaac", "bench_isaac.py"),
+            )
+            if os.path.exists(p)
+        ),
         None,
     )
     if not candidates or script is None:
         print("isaac: no Python 3.12 venv with Isaac Lab (run `nox -s tests-isaac` first), skipped")
         return
-    out = subprocess.run([candidates[0], script], capture_output=True, text=True, timeout=3600, env={**os.environ, "OMNI_KIT_ACCEPT_EULA": "YES"})
+    out = subprocess.run(
+        [candidates[0], script], capture_output=True, text=True, timeout=3600, env={**os.environ, "OMNI_KIT_ACCEPT_EULA": "YES"}
+    )
     if out.returncode != 0:
         print(f"isaac: benchmark failed:\n{out.stderr[-2000:]}")
         return

@@ -13,7 +13,9 @@ ENVFLEET = [sys.executable, "-m", "envfleet_ray.cli"]
 
 
 def run(*args: str, cwd: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ENVFLEET, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env={**os.environ, "RAY_ADDRESS": ""})
+    return subprocess.run(
+        [*ENVFLEET, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env={**os.environ, "RAY_ADDRESS": ""}
+    )
 
 
 def test_backends_lists_toy_and_the_broken_plugin() -> None:
@@ -39,8 +41,20 @@ def test_backends_lists_toy_and_the_broken_plugin() -> None:
         (["rollout", "--policy", "sleep:soon", "train.simulator_type=toy"], "sleep:SECONDS with a number"),
         (["rollout", "train.simulator_type"], "key=value"),
     ],
-    ids=["bad-flag", "zero-workers", "bad-int", "missing-config", "unknown-backend", "misspelt-key", "mistyped-key",
-         "foreign-section", "policy-import", "policy-injection", "policy-sleep", "bad-override"],
+    ids=[
+        "bad-flag",
+        "zero-workers",
+        "bad-int",
+        "missing-config",
+        "unknown-backend",
+        "misspelt-key",
+        "mistyped-key",
+        "foreign-section",
+        "policy-import",
+        "policy-injection",
+        "policy-sleep",
+        "bad-override",
+    ],
 )
 def test_bad_options_end_with_one_line_and_exit_2(args, message) -> None:
     out = run(*args, timeout=120)
@@ -52,14 +66,38 @@ def test_bad_options_end_with_one_line_and_exit_2(args, message) -> None:
 
 def test_rollout_writes_summary(tmp_path) -> None:
     out = run(
-        "rollout", "--steps", "4", "--workers", "1", "--out", str(tmp_path / "run"), "--policy", "zero",
-        "train.simulator_type=toy", "train.num_envs=2", "rollout.pipeline_stage_num=2", "actor.model.num_action_chunks=4",
-        "train.max_episode_steps=8", "train.video_cfg.save_video=true",
+        "rollout",
+        "--steps",
+        "4",
+        "--workers",
+        "1",
+        "--out",
+        str(tmp_path / "run"),
+        "--policy",
+        "zero",
+        "train.simulator_type=toy",
+        "train.num_envs=2",
+        "rollout.pipeline_stage_num=2",
+        "actor.model.num_action_chunks=4",
+        "train.max_episode_steps=8",
+        "train.video_cfg.save_video=true",
     )
     assert out.returncode == 0, out.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    for key in ("backend", "task_suite_name", "workers", "stages", "num_envs", "env_steps", "wall_s", "env_steps_per_s",
-                "success_rate", "per_task", "videos", "sim_restarts"):
+    for key in (
+        "backend",
+        "task_suite_name",
+        "workers",
+        "stages",
+        "num_envs",
+        "env_steps",
+        "wall_s",
+        "env_steps_per_s",
+        "success_rate",
+        "per_task",
+        "videos",
+        "sim_restarts",
+    ):
         assert key in summary, key
     assert summary["backend"] == "toy" and summary["stages"] == 2 and summary["workers"] == 1
     assert summary["env_steps"] == 4 * 2 * 2 * 4

@@ -39,7 +39,9 @@ def test_workers_spread_over_both_nodes(two_nodes) -> None:
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2
     public = [(a, p) for a, p in listening_sockets_of(ray_pids()) if not a.startswith("127.")]
     assert not public, f"the test cluster listens beyond loopback: {public}"
-    cfg = load_config(overrides=["train.simulator_type=toy", "train.num_envs=2", "rollout.pipeline_stage_num=2", "actor.model.num_action_chunks=2"])
+    cfg = load_config(
+        overrides=["train.simulator_type=toy", "train.num_envs=2", "rollout.pipeline_stage_num=2", "actor.model.num_action_chunks=2"]
+    )
     group = EnvWorkerGroup(cfg, num_workers=2, cpus_per_worker=1, strategy="STRICT_SPREAD")
     try:
         nodes = {info["node_id"] for info in group.node_info()}

@@ -140,7 +140,9 @@ def test_bad_reset_input_then_usable(worker, ids, tasks, match) -> None:
 
 def test_empty_batch_rejected(worker) -> None:
     with pytest.raises(InvalidInputError, match=r"num_envs=2"):
-        worker.env_interact_step(DataProto.from_dict(non_tensors={"actions": np.zeros((0, CHUNK, 7), np.float32)}, meta_info={"stage_id": 0}))
+        worker.env_interact_step(
+            DataProto.from_dict(non_tensors={"actions": np.zeros((0, CHUNK, 7), np.float32)}, meta_info={"stage_id": 0})
+        )
 
 
 def test_helpers() -> None:

@@ -5,6 +5,10 @@ backend's observation spec; the child maps the same segment by name and writes
 each observation once. Segment names start with :data:`SHM_PREFIX` so that leak
 checks can find them in ``/dev/shm``.
 
+Should the parent die without closing (SIGKILL, or Ray killing a worker's children
+together with Python's resource tracker), the detached :mod:`envfleet.janitor`
+unlinks its segments.
+
 The child maps the segment with ``shm_open`` + ``mmap`` rather than
 ``multiprocessing.shared_memory.SharedMemory``: on Python < 3.13 the latter
 registers the segment with the child's own resource tracker, which would unlink
@@ -21,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from . import janitor
 from .env import ArraySpec, ObservationSpec
 
 __all__ = ["SHM_PREFIX", "ShmLayout", "ShmBlock", "attach"]
@@ -70,6 +75,8 @@ class ShmBlock:
         name = f"{SHM_PREFIX}{os.getpid()}_{tag}{secrets.token_hex(4)}"
         self._shm: shared_memory.SharedMemory | None = shared_memory.SharedMemory(name=name, create=True, size=layout.nbytes)
         self.name = self._shm.name
+        # If this process is killed before close(), the detached janitor unlinks the segment.
+        janitor.register(self.name)
         self.arrays = layout.views(self._shm.buf)
 
     def close(self) -> None:
@@ -88,6 +95,7 @@ class ShmBlock:
             shm.unlink()
         except FileNotFoundError:
             pass
+        janitor.unregister(self.name)
 
 
 class _ChildMapping:

@@ -187,13 +187,23 @@ class EnvWorkerGroup:
         self._broadcast("init_simulator", mode).get()
         self._initialized.add(f"sim:{mode}")
 
+    def _ask_any(self, method: str, *args: Any) -> Any:
+        """Ask the first worker that answers; raise WorkerDiedError if none does."""
+        first: BaseException | None = None
+        for rank, worker in enumerate(self.workers):
+            try:
+                return ray.get(getattr(worker, method).remote(*args))
+            except _DEAD as exc:
+                first = first or self._dead_error(rank, exc)
+        raise first or RuntimeError("the group has no workers")
+
     def get_all_state_ids(self, mode: str = "train") -> np.ndarray:
-        """Every state id the backend can reset to (from worker 0)."""
-        return ray.get(self.workers[0].get_all_state_ids.remote(mode))  # type: ignore[no-any-return]
+        """Every state id the backend can reset to (from the first live worker)."""
+        return self._ask_any("get_all_state_ids", mode)  # type: ignore[no-any-return]
 
     def get_state_task_ids(self, mode: str = "train") -> np.ndarray:
-        """The task id of each state id (from worker 0)."""
-        return ray.get(self.workers[0].get_state_task_ids.remote(mode))  # type: ignore[no-any-return]
+        """The task id of each state id (from the first live worker)."""
+        return self._ask_any("get_state_task_ids", mode)  # type: ignore[no-any-return]
 
     def finish_rollout(self, mode: str = "train") -> dict[str, Any]:
         """Flush videos and collect every worker's metrics; returns ``{"workers": [...], "total": {...}}``."""

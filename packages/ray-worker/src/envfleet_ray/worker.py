@@ -256,9 +256,7 @@ class EnvWorker:
             inner = manager.stats.wall_s - m0
         obs: dict[str, Any] = dict(result.obs)
         obs["task_descriptions"] = result.task_descriptions
-        out = create_env_batch_dataproto(
-            obs, result.rewards, result.terminations, result.truncations, result.infos, {"stage_id": stage}
-        )
+        out = create_env_batch_dataproto(obs, result.rewards, result.terminations, result.truncations, result.infos, {"stage_id": stage})
         metrics = self._metrics[mode]
         metrics.add_step(result.infos, result.task_descriptions, manager.num_envs, result.rewards.shape[1], None)
         metrics.worker_s += time.perf_counter() - t0 - inner
