@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 import numpy as np
-
 from run import IMG, OUT, ROOT, timed, write
 
 # ---------------------------------------------------------------------------------------------- manager
@@ -181,7 +180,7 @@ def bench_worker() -> None:
         with ProcessEnvManager(cfg) as mgr:
             ids = mgr.get_all_state_ids()[:n]
             mgr.reset_envs_to_state_ids(ids)
-            t_direct = timed(lambda mgr=mgr: mgr.chunk_step(actions), repeat, warmup=2)
+            t_direct = timed(lambda mgr=mgr, actions=actions: mgr.chunk_step(actions), repeat, warmup=2)
         group = EnvWorkerGroup(cfg, num_workers=1)
         try:
             group.init_worker()

@@ -1,0 +1,15 @@
+"""A user policy loaded by `module:callable` in the tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class EchoZero:
+    """Zero actions of the right shape; built with (chunk, action_dim) by load_policy."""
+
+    def __init__(self, chunk: int, action_dim: int) -> None:
+        self.chunk, self.action_dim = chunk, action_dim
+
+    def __call__(self, obs) -> np.ndarray:
+        return np.zeros((len(obs), self.chunk, self.action_dim), dtype=np.float32)
