@@ -103,21 +103,16 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=PY311)
 def chaos(session: nox.Session) -> None:
-    """Long fault injection and soak, with the figures written to docs/reliability.md."""
+    """Long fault injection and soak (toy and LIBERO); the figures go to docs/reliability/."""
     _install_project(session)
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "tests/reliability",
-        "-p",
-        "no:cacheprovider",
-        "--timeout=5400",
-        "-ra",
-        "-s",
-        *session.posargs,
-        env={**RENDER_ENV, "ENVFLEET_CHAOS": "1"},
-    )
+    out = os.path.join("docs", "reliability")
+    os.makedirs(out, exist_ok=True)
+    if os.path.exists(os.path.join(out, "results.json")):
+        os.remove(os.path.join(out, "results.json"))
+    env = {**RENDER_ENV, "ENVFLEET_CHAOS": "1", "ENVFLEET_RELIABILITY_OUT": out}
+    args = session.posargs or ["tests/reliability"]
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=5400", "-ra", "-s", *args, env=env)
+    session.run("python", "tests/reliability/render_report.py", out)
 
 
 @nox.session(python=PY311)
