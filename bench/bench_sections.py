@@ -379,19 +379,22 @@ def _rss_mb(pids: list[int | None]) -> float:
 
 
 def _plain_libero_rate(n: int, hw: int, render: str, chunk: int, chunks: int) -> float:
-    """n plain OffScreenRenderEnv loops, one per process, started together; combined sub-steps/s."""
+    """n plain LIBERO loops, one per process, stepping at the same time; combined sub-steps/s."""
+    import tempfile
+
     script = os.path.join(ROOT, "bench", "plain_libero.py")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, script, str(hw), render, str(chunk), str(chunks), str(i)],
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")},
-        )
-        for i in range(n)
-    ]
-    # Each process builds its env, then waits for the file barrier so that all step at the same time.
-    outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    with tempfile.TemporaryDirectory(prefix="envfleet_barrier_") as barrier:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, script, str(hw), render, str(chunk), str(chunks), str(i), str(n), barrier],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")},
+            )
+            for i in range(n)
+        ]
+        outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
     start = min(o["t_start"] for o in outs)
     end = max(o["t_end"] for o in outs)
     return n * chunk * chunks / (end - start)
