@@ -1,10 +1,116 @@
-"""Registration of the ``libero`` backend (filled in by the LIBERO issue)."""
+"""Registration of the ``libero`` backend: its config section, observation spec and defaults.
+
+This is the module the ``envfleet`` entry point names, so it stays light: it imports
+neither LIBERO nor robosuite nor MuJoCo. The env class is named by a ``"module:attr"``
+string and imported only inside the shard process that builds it (which is also
+where the renderer's GL context must be created).
+"""
 
 from __future__ import annotations
 
-from envfleet.plugins import BackendRegistry, hookimpl
+from dataclasses import dataclass
+from typing import Any
+
+from envfleet.env import ArraySpec, ObservationSpec
+from envfleet.errors import ConfigError
+from envfleet.plugins import BackendRegistry, BackendSpec, hookimpl
+
+__all__ = [
+    "SUITES",
+    "DEFAULT_MAX_EPISODE_STEPS",
+    "STATE_DIM",
+    "LiberoConfig",
+    "check_suite",
+    "camera_names",
+    "observation_spec",
+    "envfleet_register_backends",
+]
+
+#: The suites this backend serves, each with its default episode horizon: the step
+#: budgets of OpenVLA's LIBERO evaluation (``run_libero_eval.py``), which most VLA
+#: papers report against. The settle steps after a reset do not count.
+DEFAULT_MAX_EPISODE_STEPS: dict[str, int] = {
+    "libero_spatial": 220,
+    "libero_object": 280,
+    "libero_goal": 300,
+    "libero_10": 520,
+    "libero_90": 400,
+}
+SUITES: tuple[str, ...] = tuple(DEFAULT_MAX_EPISODE_STEPS)
+
+#: eef position (3), eef axis-angle (3), gripper finger positions (2).
+STATE_DIM = 8
+
+
+@dataclass
+class LiberoConfig:
+    """Options of the LIBERO backend only, under ``train.libero``.
+
+    Everything a verl LIBERO config already has (suite, cameras, seed, horizon,
+    settle steps, render mode, action transform) lives in the core ``train`` keys.
+    """
+
+    mujoco_gl: str = "egl"  # MuJoCo's GL platform when MUJOCO_GL is unset: egl (osmesa if EGL cannot start) or osmesa
+
+
+def check_suite(cfg: Any) -> str:
+    """The suite name of the env section ``cfg``; a ConfigError listing the valid ones otherwise."""
+    suite = cfg.task_suite_name
+    if suite not in DEFAULT_MAX_EPISODE_STEPS:
+        what = "is required" if suite is None else f"is {suite!r}, which is not a LIBERO suite"
+        raise ConfigError(f"config key 'train.task_suite_name' {what} for simulator_type libero: use one of {', '.join(SUITES)}")
+    return str(suite)
+
+
+def camera_names(cfg: Any) -> list[str]:
+    """The cameras to render: the first gives ``full_image``, the second (if any) ``wrist_image``."""
+    names = [str(n) for n in cfg.init_params.camera_names]
+    if not 1 <= len(names) <= 2:
+        raise ConfigError(
+            f"config key 'train.init_params.camera_names' must name 1 or 2 cameras for libero (full_image, then wrist_image), got {names}"
+        )
+    return names
+
+
+def _check_libero_section(cfg: Any) -> None:
+    section = cfg.get("libero") if hasattr(cfg, "get") else None
+    gl = None if section is None else section.get("mujoco_gl")
+    if gl is not None and gl not in ("egl", "osmesa"):
+        raise ConfigError(f"config key 'train.libero.mujoco_gl' must be 'egl' or 'osmesa', got {gl!r}")
+
+
+def observation_spec(cfg: Any, num_envs: int) -> ObservationSpec:
+    """``full_image`` (and ``wrist_image`` with two cameras) uint8 ``[H,W,3]``, ``state`` float32 ``[8]``.
+
+    Called in the parent before any shard starts, so it also validates the
+    LIBERO-specific parts of the config (suite name, cameras) early.
+    """
+    check_suite(cfg)
+    _check_libero_section(cfg)
+    names = camera_names(cfg)
+    h, w = int(cfg.init_params.camera_heights), int(cfg.init_params.camera_widths)
+    spec = {"full_image": ArraySpec((h, w, 3), "uint8")}
+    if len(names) == 2:
+        spec["wrist_image"] = ArraySpec((h, w, 3), "uint8")
+    spec["state"] = ArraySpec((STATE_DIM,), "float32")
+    return spec
 
 
 @hookimpl
 def envfleet_register_backends(registry: BackendRegistry) -> None:
-    """Nothing yet."""
+    """Register the ``libero`` backend."""
+    registry.register(
+        BackendSpec(
+            name="libero",
+            env_factory="envfleet_libero.env:LiberoEnv",
+            observation_spec=observation_spec,
+            config_schema=LiberoConfig,
+            defaults={"init_params": {"camera_names": ["agentview", "robot0_eye_in_hand"]}},
+            # One MuJoCo env (and GL context) per process: LIBERO envs are single-threaded
+            # and rendering dominates, so processes are what makes them run in parallel.
+            envs_per_process=1,
+            action_dim=7,
+            package="envfleet-libero",
+            description="LIBERO manipulation suites (robosuite 1.4 / MuJoCo), exact initial states, render only what is read",
+        )
+    )

@@ -1,0 +1,548 @@
+"""``LiberoEnv``: LIBERO tasks as an envfleet :class:`~envfleet.env.Env`.
+
+Built by the manager inside a shard process (``env_factory`` names this module), so
+the GL platform is chosen, and MuJoCo, robosuite and LIBERO are imported, here and
+only here. Constructing a ``LiberoEnv`` reads the suite's task list and init-state
+files and nothing else; the MuJoCo env of a task is built on the first reset to it.
+
+State ids: the suite's fixed initial states, numbered task by task in suite order,
+trials in file order: ``state_id = first_id[task] + trial``.
+
+Reset of one env to a state id (the protocol of LIBERO's evaluations, made exact):
+
+1. if the env's task changes, build a new MuJoCo env for the task; otherwise reuse it;
+2. ``env.seed(train.seed)`` (fixture placement is drawn from the global NumPy RNG
+   and is not part of the init state, so it must be re-seeded before every reset);
+3. ``reset()``: the first reset of a freshly built env is LIBERO's default hard
+   reset; a reused env gets a soft reset (``hard_reset=False``) completed by what
+   a soft reset alone leaves behind (see :meth:`LiberoSim._soft_reset`). Either way
+   an episode is bit-identical to one in a freshly built, seeded, hard-reset env;
+4. ``set_init_state(init_states[trial])``;
+5. ``train.settle_steps`` steps of ``[0, 0, 0, 0, 0, 0, -1]``; the observation after
+   them is what the reset returns.
+
+Repeated *hard* resets of one env are not reproducible in LIBERO: each re-runs
+``_load_model``, which appends another open/close (or turn-on/off) sampler to
+``object_property_initializers`` without clearing the list, so every hard reset
+draws more random numbers before placing the fixtures, and in scenes with a drawer,
+microwave or stove in the initial state the fixtures land elsewhere each time
+(libero_10 task 9: the microwave moves by ~2 cm between resets, seed or not).
+Soft resets do not grow the list, which is one more reason to reuse the env.
+
+``render: last`` renders the cameras only where an observation is handed out (end
+of a reset, last sub-step of a chunk, the sub-step an episode ends), by swapping
+the camera observables' sensor functions; robosuite's sampling clocks run exactly
+as with ``render: all``, so the images are bit-identical to it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from envfleet.env import ChunkStepResult, Env, EnvContext, ObservationSpec, ResetResult
+from envfleet.episodes import EpisodeTracker, StateCycle
+from envfleet.errors import InvalidInputError
+
+from .actions import ACTION_DIM, SETTLE_ACTION, apply_action_transform
+from .gl import configure_gl
+from .plugin import DEFAULT_MAX_EPISODE_STEPS, camera_names, check_suite, observation_spec
+
+__all__ = ["TaskInfo", "SuiteIndex", "LiberoSim", "LiberoEnv", "make_state8"]
+
+
+def _log(message: str) -> None:
+    # The shard's stderr goes to its log file, whose tail the manager shows on failures.
+    sys.stderr.write(f"envfleet-libero: {message}\n")
+    sys.stderr.flush()
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """One task of a suite: its BDDL problem, language and fixed initial states."""
+
+    index: int
+    name: str
+    language: str
+    bddl_file: str
+    init_states: np.ndarray  # float64 [trials, state_dim], MuJoCo flattened (time, qpos, qvel)
+
+
+class SuiteIndex:
+    """A suite's tasks, in suite order, and the global state ids of their initial states.
+
+    Reads LIBERO's task table and ``.pruned_init.npz`` files only; imports no simulator.
+    """
+
+    def __init__(self, suite: str) -> None:
+        from libero.libero import benchmark  # task tables and file paths; no MuJoCo
+
+        self.suite = suite
+        # task_order_index=0 is the identity order: tasks as the suite lists them.
+        bench = benchmark.get_benchmark_dict()[suite](task_order_index=0)
+        self.tasks: list[TaskInfo] = []
+        for i in range(bench.get_num_tasks()):
+            task = bench.get_task(i)
+            states = np.asarray(bench.get_task_init_states(i), dtype=np.float64)
+            self.tasks.append(TaskInfo(i, task.name, task.language, bench.get_task_bddl_file_path(i), states))
+        counts = np.array([len(t.init_states) for t in self.tasks], dtype=np.int64)
+        self.first_id = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        self.num_states = int(counts.sum())
+        self._task_of = np.repeat(np.arange(len(self.tasks), dtype=np.int64), counts)
+
+    def state_ids(self) -> np.ndarray:
+        """All state ids, ``0 .. num_states - 1``."""
+        return np.arange(self.num_states, dtype=np.int64)
+
+    def state_task_ids(self) -> np.ndarray:
+        """The task of each state id."""
+        return self._task_of.copy()
+
+    def locate(self, state_id: int) -> tuple[int, int]:
+        """``(task, trial)`` of a state id."""
+        task = int(self._task_of[state_id])
+        return task, int(state_id - self.first_id[task])
+
+
+def make_state8(obs: dict[str, Any]) -> np.ndarray:
+    """The 8-dim proprio state VLA pipelines use: eef pos, eef axis-angle, gripper finger qpos."""
+    from robosuite.utils import transform_utils as T
+
+    # robosuite's eef quat is xyzw already; quat2axisangle clips quat[3] in place, hence the copy.
+    axis_angle = T.quat2axisangle(np.array(obs["robot0_eef_quat"], copy=True))
+    return np.concatenate([obs["robot0_eef_pos"], axis_angle, obs["robot0_gripper_qpos"]]).astype(np.float32)
+
+
+def _plain_attrs(obj: Any) -> dict[str, Any]:
+    """Copies of an object's array and number attributes (its numeric state)."""
+    out: dict[str, Any] = {}
+    for key, value in vars(obj).items():
+        if isinstance(value, np.ndarray) and value.dtype != object:
+            out[key] = value.copy()
+        elif isinstance(value, (bool, int, float, np.number, np.bool_)):
+            out[key] = value
+    return out
+
+
+class LiberoSim:
+    """One task's LIBERO ``OffScreenRenderEnv`` with lazy camera rendering and exact snapshots.
+
+    :param task: the task to build.
+    :param cameras: camera names; their images are observations ``{name}_image``.
+    :param height, width: image size.
+    """
+
+    def __init__(self, task: TaskInfo, cameras: list[str], height: int, width: int) -> None:
+        from libero.libero.envs import OffScreenRenderEnv
+
+        self.task = task
+        self.cameras = list(cameras)
+        t0 = time.perf_counter()
+        # ignore_done: robosuite would refuse to step past its horizon (1000 steps); episode
+        # length is envfleet's business (max_episode_steps). It changes nothing else.
+        self.env = OffScreenRenderEnv(
+            bddl_file_name=task.bddl_file,
+            camera_names=self.cameras,
+            camera_heights=int(height),
+            camera_widths=int(width),
+            ignore_done=True,
+        )
+        self.renv = self.env.env  # the robosuite env inside LIBERO's wrapper
+        self.skip_render = False
+        self._model_pose: tuple[np.ndarray, np.ndarray] | None = None
+        self._closed = False
+        _log(f"built task {task.index} ({task.name}) in {time.perf_counter() - t0:.1f} s")
+
+    # ------------------------------------------------------------------ rendering
+    def _install_render_switch(self) -> None:
+        """Wrap every camera observable's sensor so that ``skip_render`` can skip ``sim.render``.
+
+        Only the sensor function is swapped: the observables' sampling clocks
+        (``_time_since_last_sample``, ``_sampled``) run as always, so a camera rendered
+        at a given sub-step sees exactly the MjData it would have seen with rendering on.
+        ``Observable.set_enabled()`` would reset those clocks and shift the sample
+        (robosuite samples at sub-step 24 of 25). A hard reset re-installs robosuite's
+        own sensors, so this runs after every reset.
+        """
+        for ob in self.renv._observables.values():
+            if ob.modality != "image" or getattr(ob._sensor, "_envfleet_inner", None) is not None:
+                continue
+            inner = ob._sensor
+
+            def wrapped(obs_cache: dict[str, Any], _inner: Any = inner, _ob: Any = ob) -> Any:
+                if self.skip_render:
+                    return _ob._current_observed_value  # stale; never handed out
+                return _inner(obs_cache)
+
+            wrapped.__modality__ = inner.__modality__  # type: ignore[attr-defined]
+            wrapped._envfleet_inner = inner  # type: ignore[attr-defined]
+            # Assigned directly: set_sensor() would call (render) it once to check it.
+            ob._sensor = wrapped
+
+    # ------------------------------------------------------------------ protocol
+    def reset(self, init_state: np.ndarray, seed: int, settle_steps: int, render_all: bool, render_final: bool = True) -> dict[str, Any]:
+        """Seed, reset, load ``init_state``, settle; return the observation dict after settling.
+
+        ``render_all``: render at every step, as plain LIBERO does; otherwise only the
+        returned observation is rendered, and not even that with ``render_final=False``.
+        """
+        self.env.seed(int(seed))
+        if self._model_pose is None:
+            self._hard_reset()
+        else:
+            self.skip_render = not render_all
+            try:
+                self._soft_reset()
+            finally:
+                self.skip_render = False
+        self._install_render_switch()
+        self.skip_render = not render_all and (settle_steps > 0 or not render_final)
+        try:
+            obs = self.env.set_init_state(init_state)
+        finally:
+            self.skip_render = False
+        for k in range(settle_steps):
+            obs = self.step(SETTLE_ACTION, render=render_all or (render_final and k == settle_steps - 1))
+        return obs
+
+    def _hard_reset(self) -> None:
+        # Only ever the first reset after the build: see the module doc on repeated hard resets.
+        self.renv.hard_reset = True
+        self.env.reset()
+        # What the seeded hard reset did to the model (fixtures are placed by writing
+        # body_pos / body_quat), for soft resets to restore.
+        self._model_pose = (self.renv.sim.model.body_pos.copy(), self.renv.sim.model.body_quat.copy())
+
+    def _soft_reset(self) -> None:
+        """robosuite's reset with ``hard_reset=False``, completed to equal a hard reset.
+
+        A soft reset resets MjData (``mj_resetData``), reloads the controllers and re-draws
+        the placements (from the RNG seeded just before), but keeps the compiled model and the
+        Python objects built with it. Two things then differ from a hard reset: the gripper's
+        accumulated command (``current_action``, which a hard reset starts again at 0 with a
+        new gripper object; it carries over otherwise and changes the first steps' physics),
+        and the fixture poses, which a soft reset re-draws in place: they are set back to the
+        seeded hard reset's poses so that they can never drift. Verified bit-identical to a
+        freshly built, hard-reset env (images and full MuJoCo state) across the five suites.
+        """
+        renv = self.renv
+        renv.hard_reset = False
+        try:
+            self.env.reset()
+        finally:
+            renv.hard_reset = True
+        assert self._model_pose is not None
+        renv.sim.model.body_pos[:] = self._model_pose[0]
+        renv.sim.model.body_quat[:] = self._model_pose[1]
+        for robot in renv.robots:
+            gripper = getattr(robot, "gripper", None)
+            if gripper is not None and hasattr(gripper, "current_action"):
+                gripper.current_action = np.zeros_like(gripper.current_action)
+
+    def step(self, action: np.ndarray, render: bool) -> dict[str, Any]:
+        """One ``env.step``; with ``render=False`` the image entries of the result are stale."""
+        self.skip_render = not render
+        try:
+            obs, _reward, _done, _info = self.env.step(action)
+        finally:
+            self.skip_render = False
+        return obs  # type: ignore[no-any-return]
+
+    def check_success(self) -> bool:
+        """LIBERO's goal predicate for the task."""
+        return bool(self.env.check_success())
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot(self) -> dict[str, Any]:
+        """Everything the next ``step`` depends on, as plain arrays (picklable).
+
+        MuJoCo's full integration state (``mjSTATE_INTEGRATION``: time, qpos, qvel, act,
+        warm start, controls, applied forces, mocap, ...; the flattened ``get_state()``
+        has only time, qpos, qvel), the controllers' and grippers' numeric attributes
+        (OSC keeps its orientation goal across steps; the gripper accumulates its command),
+        the observables' sampling clocks and last values, and robosuite's step counters.
+        The compiled model is not included: a rebuild with the same seed reproduces it.
+        """
+        import mujoco
+
+        model, data = self.renv.sim.model._model, self.renv.sim.data._data
+        what = mujoco.mjtState.mjSTATE_INTEGRATION
+        state = np.empty(mujoco.mj_stateSize(model, what), dtype=np.float64)
+        mujoco.mj_getState(model, data, state, what)
+        return {
+            "mj_state": state,
+            "robots": [
+                {"controller": _plain_attrs(r.controller), "gripper": _plain_attrs(r.gripper) if getattr(r, "gripper", None) else {}}
+                for r in self.renv.robots
+            ],
+            "observables": {
+                name: (ob._time_since_last_sample, ob._sampled, ob._current_delay, np.array(ob._current_observed_value, copy=True))
+                for name, ob in self.renv._observables.items()
+            },
+            "obs_cache": {k: np.array(v, copy=True) for k, v in self.renv._obs_cache.items()},
+            "counters": (self.renv.timestep, self.renv.cur_time, self.renv.done),
+        }
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Return to a :meth:`snapshot` taken on this task (in this or another process)."""
+        import mujoco
+
+        model, data = self.renv.sim.model._model, self.renv.sim.data._data
+        mujoco.mj_setState(model, data, np.asarray(snap["mj_state"], dtype=np.float64), mujoco.mjtState.mjSTATE_INTEGRATION)
+        mujoco.mj_forward(model, data)
+        for robot, saved in zip(self.renv.robots, snap["robots"]):
+            for key, value in saved["controller"].items():
+                setattr(robot.controller, key, value.copy() if isinstance(value, np.ndarray) else value)
+            for key, value in saved["gripper"].items():
+                setattr(robot.gripper, key, value.copy() if isinstance(value, np.ndarray) else value)
+        for name, (since, sampled, delay, value) in snap["observables"].items():
+            ob = self.renv._observables[name]
+            ob._time_since_last_sample, ob._sampled, ob._current_delay = since, sampled, delay
+            ob._current_observed_value = value.copy() if isinstance(value, np.ndarray) and value.ndim else value
+        self.renv._obs_cache = {k: np.array(v, copy=True) for k, v in snap["obs_cache"].items()}
+        self.renv.timestep, self.renv.cur_time, self.renv.done = snap["counters"]
+
+    def close(self) -> None:
+        """Free the MuJoCo env and its GL context. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.env.close()
+        except Exception as exc:  # a GL context that is already gone must not mask the caller's work
+            _log(f"closing task {self.task.index}: {type(exc).__name__}: {exc}")
+
+
+class LiberoEnv(Env):
+    """``num_envs`` LIBERO envs of one suite, stepped in this process (usually one: ``envs_per_process=1``).
+
+    :param cfg: the env section (``train`` / ``val``), with the backend's own keys at ``cfg.libero``.
+    :param ctx: where this object sits in the fleet (seeds of the auto-reset cycle).
+    """
+
+    supports_state = True
+
+    def __init__(self, cfg: Any, ctx: EnvContext) -> None:
+        self.suite_name = check_suite(cfg)
+        self.cameras = camera_names(cfg)
+        self.num_envs = int(ctx.num_envs)
+        self.action_dim = ACTION_DIM
+        self.ctx = ctx
+        lib = cfg.get("libero") or {}
+        self.mujoco_gl = str(lib.get("mujoco_gl", "egl"))
+        self.height = int(cfg.init_params.camera_heights)
+        self.width = int(cfg.init_params.camera_widths)
+        self.flip = bool(cfg.flip_images)
+        self.render_all = cfg.render == "all"
+        self.seed = int(cfg.seed)
+        self.settle_steps = int(cfg.settle_steps)
+        self.action_transform = str(cfg.action_transform)
+        self._spec = observation_spec(cfg, self.num_envs)
+        t0 = time.perf_counter()
+        self.suite = SuiteIndex(self.suite_name)
+        _log(
+            f"suite {self.suite_name}: {len(self.suite.tasks)} tasks, {self.suite.num_states} states (read in {time.perf_counter() - t0:.1f} s)"
+        )
+        self.max_episode_steps = int(cfg.max_episode_steps or DEFAULT_MAX_EPISODE_STEPS[self.suite_name])
+        self.tracker = EpisodeTracker(self.num_envs, self.max_episode_steps, cfg.reward_coef, cfg.ignore_terminations)
+        self.cycle = (
+            StateCycle(self.suite.state_ids(), cfg.seed, ctx.rank, ctx.stage_id, ctx.env_offset + np.arange(self.num_envs))
+            if cfg.auto_reset
+            else None
+        )
+        self.sims: list[LiberoSim | None] = [None] * self.num_envs
+        self.obs = {k: np.zeros((self.num_envs, *s.shape), dtype=s.dtype) for k, s in self._spec.items()}
+        self._closed = False
+
+    # ------------------------------------------------------------------ protocol
+    def observation_spec(self) -> ObservationSpec:
+        """``full_image``, ``wrist_image`` (two cameras), ``state``."""
+        return dict(self._spec)
+
+    def get_all_state_ids(self) -> np.ndarray:
+        """Every (task, trial) of the suite, numbered task by task."""
+        return self.suite.state_ids()
+
+    def get_state_task_ids(self) -> np.ndarray:
+        """The task index (suite order) of each state id."""
+        return self.suite.state_task_ids()
+
+    def task_description(self, task_id: int) -> str:
+        """The task's language instruction."""
+        return self.suite.tasks[task_id].language
+
+    def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
+        """Reset env ``i`` to ``state_ids[i]`` with the protocol in the module doc."""
+        self._check_open()
+        state_ids = self._check_ids(state_ids, task_ids)
+        for i, sid in enumerate(state_ids):
+            self._reset_one(i, int(sid))
+        return ResetResult(
+            obs=self._copy_obs(),
+            task_descriptions=self._descriptions(),
+            infos={"state_id": self.tracker.state_ids.copy(), "task_id": self.tracker.task_ids.copy()},
+        )
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
+        """Step every env through ``actions`` ``[num_envs, chunk, 7]``; see :mod:`envfleet.episodes`."""
+        self._check_open()
+        actions = np.asarray(actions)
+        if actions.ndim != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != self.action_dim:
+            raise InvalidInputError(f"actions must have shape [{self.num_envs}, chunk, {self.action_dim}], got {list(actions.shape)}")
+        if not np.isfinite(actions).all():
+            raise InvalidInputError("actions must be finite")
+        env_actions = apply_action_transform(actions, self.action_transform)
+        chunk = actions.shape[1]
+        t = self.tracker
+        t.start_chunk(chunk)
+        for k in range(chunk):
+            live = t.active()
+            success = np.zeros(self.num_envs, dtype=bool)
+            for i in np.nonzero(live)[0]:
+                success[i] = self._step_one(int(i), env_actions[i, k], last_of_chunk=k == chunk - 1)
+            t.record(k, live, success)
+        flags = t.end_chunk()
+        if self.cycle is not None and flags.ended.any():
+            for i in np.nonzero(flags.ended)[0]:
+                sid = self.cycle.next(int(i))
+                self._reset_one(int(i), sid)
+                flags.infos["reset_state_id"][i] = sid
+        return ChunkStepResult(
+            obs=self._copy_obs(),
+            task_descriptions=self._descriptions(),
+            rewards=flags.rewards,
+            terminations=flags.terminations,
+            truncations=flags.truncations,
+            infos=flags.infos,
+        )
+
+    def get_state(self) -> Any:
+        """Per env: task and :meth:`LiberoSim.snapshot`; plus episode counters, cycle and last observations."""
+        self._check_open()
+        return {
+            "envs": [None if sim is None else {"task": sim.task.index, "snap": sim.snapshot()} for sim in self.sims],
+            "tracker": self.tracker.get_state(),
+            "cycle": None if self.cycle is None else self.cycle.get_state(),
+            "obs": self._copy_obs(),
+        }
+
+    def load_state(self, state: Any) -> None:
+        """Rebuild each env's task (seeded, as at its reset, so the model is the same) and restore its snapshot."""
+        self._check_open()
+        for i, saved in enumerate(state["envs"]):
+            if saved is None:
+                continue
+            task = int(saved["task"])
+            sim = self._sim_for(i, task)
+            # The seeded reset recreates the model the snapshot was taken with; the
+            # snapshot then overwrites every piece of state the next step reads.
+            sim.reset(self.suite.tasks[task].init_states[0], self.seed, 0, render_all=False, render_final=False)
+            sim.restore(saved["snap"])
+        self.tracker.load_state(state["tracker"])
+        if self.cycle is not None and state["cycle"] is not None:
+            self.cycle.load_state(state["cycle"])
+        for key, value in state["obs"].items():
+            self.obs[key][...] = value
+
+    def close(self) -> None:
+        """Close every MuJoCo env. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        for i, sim in enumerate(self.sims):
+            if sim is not None:
+                sim.close()
+                self.sims[i] = None
+
+    # ------------------------------------------------------------------ internals
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("LiberoEnv is closed")
+
+    def _check_ids(self, state_ids: Any, task_ids: Any) -> np.ndarray:
+        ids = np.asarray(state_ids)
+        if ids.shape != (self.num_envs,) or ids.dtype.kind not in "iu":
+            raise InvalidInputError(f"state_ids must be integers of shape ({self.num_envs},), got {ids.dtype}{list(ids.shape)}")
+        ids = ids.astype(np.int64)
+        bad = np.nonzero((ids < 0) | (ids >= self.suite.num_states))[0]
+        if bad.size:
+            raise InvalidInputError(
+                f"state id {int(ids[bad[0]])} (env {int(bad[0])}) is out of range: {self.suite_name} has ids 0..{self.suite.num_states - 1}"
+            )
+        if task_ids is not None:
+            tasks = np.asarray(task_ids)
+            if tasks.shape != (self.num_envs,):
+                raise InvalidInputError(f"task_ids must have shape ({self.num_envs},), got {list(tasks.shape)}")
+            for i, sid in enumerate(ids):
+                expected = self.suite.locate(int(sid))[0]
+                if int(tasks[i]) != expected:
+                    raise InvalidInputError(
+                        f"env {i}: task id {int(tasks[i])} does not match state id {int(sid)}, which belongs to task {expected}"
+                    )
+        return ids
+
+    def _sim_for(self, i: int, task: int) -> LiberoSim:
+        sim = self.sims[i]
+        if sim is not None and sim.task.index == task:
+            return sim
+        if sim is not None:
+            # One MuJoCo env (and GL context, ~1.6 GB with textures) per env slot at a time.
+            sim.close()
+            self.sims[i] = None
+        # The GL platform is settled before the first simulator import, not in __init__:
+        # listing state ids must stay cheap (the EGL check spawns a process).
+        configure_gl(self.mujoco_gl)
+        sim = LiberoSim(self.suite.tasks[task], self.cameras, self.height, self.width)
+        self.sims[i] = sim
+        return sim
+
+    def _reset_one(self, i: int, sid: int) -> None:
+        task, trial = self.suite.locate(sid)
+        sim = self._sim_for(i, task)
+        obs = sim.reset(self.suite.tasks[task].init_states[trial], self.seed, self.settle_steps, self.render_all)
+        self._write_obs(i, obs, images=True)
+        self.tracker.begin(np.array([i]), np.array([sid]), np.array([task]))
+
+    def _step_one(self, i: int, action: np.ndarray, last_of_chunk: bool) -> bool:
+        """One sub-step of env ``i``; returns LIBERO's success check after it.
+
+        Images are rendered where they are handed out: the chunk's last sub-step and the
+        sub-step an episode ends. Truncation is known in advance; success is not, so
+        with lazy rendering the step is snapshotted first and, if it succeeds (and so
+        ends the episode), replayed from the snapshot with the cameras on. MuJoCo is
+        deterministic, so the replay reaches the same state and renders the images
+        ``render: all`` would have.
+        """
+        sim = self.sims[i]
+        assert sim is not None
+        t = self.tracker
+        render = self.render_all or last_of_chunk or t.length[i] + 1 >= self.max_episode_steps
+        snap = None if render or t.ignore_terminations else sim.snapshot()
+        obs = sim.step(action, render=render)
+        success = sim.check_success()
+        if success and snap is not None:
+            sim.restore(snap)
+            obs = sim.step(action, render=True)
+            success = sim.check_success()
+            render = True
+        self._write_obs(i, obs, images=render)
+        return success
+
+    def _write_obs(self, i: int, obs: dict[str, Any], images: bool) -> None:
+        self.obs["state"][i] = make_state8(obs)
+        if not images:
+            return
+        for key, cam in zip(("full_image", "wrist_image"), self.cameras):
+            img = obs[f"{cam}_image"]
+            # robosuite images are in OpenGL order (bottom row first); VLA pipelines rotate by 180 degrees.
+            self.obs[key][i] = img[::-1, ::-1] if self.flip else img
+
+    def _descriptions(self) -> list[str]:
+        return [self.task_description(int(t)) if t >= 0 else "" for t in self.tracker.task_ids]
+
+    def _copy_obs(self) -> dict[str, np.ndarray]:
+        return {k: v.copy() for k, v in self.obs.items()}
