@@ -268,6 +268,14 @@ def _load_section(name: str, user: Any, lookup: Callable[[str], Any], known_back
         raise ConfigError(f"config section '{prefix}{simulator}' given, but backend {simulator!r} has no options of its own")
     else:
         out[simulator] = {}
+    # The backend's observation spec is computed from the config without the simulator;
+    # computing it here lets the backend reject its own bad values before any process starts.
+    try:
+        spec.obs_spec(OmegaConf.create(out), int(out["num_envs"]))
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("'train.", f"'{prefix}") if prefix != "train." else str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - a backend's own check, reported as a config error
+        raise ConfigError(f"backend {simulator!r} rejects section '{name}': {type(exc).__name__}: {exc}") from None
     return {str(k): v for k, v in out.items()}
 
 

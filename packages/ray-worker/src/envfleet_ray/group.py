@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import ray
 from omegaconf import DictConfig, OmegaConf
-from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -35,6 +35,11 @@ __all__ = ["EnvWorkerGroup", "GroupFuture"]
 log = logging.getLogger(__name__)
 
 _DEAD = (RayActorError, ActorDiedError, ActorUnavailableError)
+
+
+def _unwrap(exc: RayTaskError) -> BaseException:
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
 
 
 class GroupFuture:
@@ -57,6 +62,10 @@ class GroupFuture:
                 results.append(ray.get(ref, timeout=timeout))
             except _DEAD as exc:
                 results.append(self._on_dead(rank, exc))
+            except RayTaskError as exc:
+                # The worker's own exception (InvalidInputError, EnvFleetSimulatorError, ...), not
+                # Ray's wrapper, so that callers catch what the worker raised and read its message.
+                raise _unwrap(exc) from exc
         self._value = self._finish(results)
         self._done = True
         return self._value
@@ -195,6 +204,8 @@ class EnvWorkerGroup:
                 return ray.get(getattr(worker, method).remote(*args))
             except _DEAD as exc:
                 first = first or self._dead_error(rank, exc)
+            except RayTaskError as exc:
+                raise _unwrap(exc) from exc
         raise first or RuntimeError("the group has no workers")
 
     def get_all_state_ids(self, mode: str = "train") -> np.ndarray:
