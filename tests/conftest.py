@@ -39,17 +39,22 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def own_segments() -> set[str]:
+    """envfleet segments created by this process (the owner pid is part of the name)."""
+    return {n for n in shm_segments() if n.split("_")[1] == str(os.getpid())}
+
+
 @pytest.fixture
 def no_leaks():
-    """Fail the test if it leaves envfleet shm segments or shard processes behind."""
-    before_shm = shm_segments()
+    """Fail the test if it leaves shared-memory segments of this process behind."""
+    before_shm = own_segments()
     yield
     import gc
     import time
 
     gc.collect()
     deadline = time.time() + 10
-    while time.time() < deadline and (shm_segments() - before_shm):
+    while time.time() < deadline and (own_segments() - before_shm):
         time.sleep(0.1)
-    leaked = shm_segments() - before_shm
+    leaked = own_segments() - before_shm
     assert not leaked, f"leaked shared-memory segments: {sorted(leaked)}"

@@ -19,7 +19,8 @@ from envfleet.config import load_config
 from envfleet.errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
 from envfleet.manager import ProcessEnvManager
 
-from ..conftest import pid_alive, shm_segments
+from ..conftest import own_segments as shm_segments
+from ..conftest import pid_alive
 
 
 def make_cfg(num_envs: int = 4, chunk: int = 4, **toy: object) -> object:
@@ -239,7 +240,11 @@ def test_no_leak_after_gc_without_close(no_leaks) -> None:
 
 
 def test_no_leak_after_parent_sigkill() -> None:
-    before = shm_segments()
+    from ..conftest import shm_segments as all_segments
+
+    def parent_segments() -> set[str]:
+        return {n for n in all_segments() if n.split("_")[1] == str(parent.pid)}
+
     code = textwrap.dedent(
         """
         import sys, time, numpy as np
@@ -255,13 +260,13 @@ def test_no_leak_after_parent_sigkill() -> None:
     try:
         pids = [int(p) for p in parent.stdout.readline().split()]
         assert len(pids) == 3 and all(pid_alive(p) for p in pids)
-        assert len(shm_segments() - before) == 3
+        assert len(parent_segments()) == 3
         parent.kill()
         parent.wait()
         deadline = time.time() + 15
-        while time.time() < deadline and (any(pid_alive(p) for p in pids) or shm_segments() - before):
+        while time.time() < deadline and (any(pid_alive(p) for p in pids) or parent_segments()):
             time.sleep(0.1)
         assert not [p for p in pids if pid_alive(p)], "shard processes outlived their parent"
-        assert not (shm_segments() - before), "shared memory outlived its owner"
+        assert not parent_segments(), "shared memory outlived its owner"
     finally:
         parent.kill()

@@ -412,7 +412,10 @@ class ProcessEnvManager:
             actions = validate_actions(actions, self.num_envs, self.num_action_chunks, self.action_dim)
             chunk = actions.shape[1]
             t0 = time.perf_counter()
-            replies, restarted, sim_s = self._call_all("step", lambda s: {"actions": actions[s.env_slice]})
+            # Raw bytes pickle several times faster than a numpy array (see shard.pack_arrays).
+            replies, restarted, sim_s = self._call_all(
+                "step", lambda s: {"actions": (actions[s.env_slice].tobytes(), actions[s.env_slice].shape)}
+            )
             rewards = np.zeros((self.num_envs, chunk), dtype=np.float32)
             terms = np.zeros((self.num_envs, chunk), dtype=bool)
             truncs = np.zeros((self.num_envs, chunk), dtype=bool)

@@ -124,7 +124,8 @@ class _Server:
         return {"task_descriptions": list(result.task_descriptions), "infos": pack_arrays(dict(result.infos))}
 
     def step(self, msg: dict[str, Any]) -> dict[str, Any]:
-        result = self.env.chunk_step(msg["actions"])
+        raw, shape = msg["actions"]
+        result = self.env.chunk_step(np.frombuffer(raw, dtype=np.float32).reshape(shape))
         _write_obs(self.mapping.arrays, result.obs)
         flags = {
             "rewards": np.asarray(result.rewards, dtype=np.float32),
