@@ -274,7 +274,7 @@ def _load_section(name: str, user: Any, lookup: Callable[[str], Any], known_back
         spec.obs_spec(OmegaConf.create(out), int(out["num_envs"]))
     except ConfigError as exc:
         raise ConfigError(str(exc).replace("'train.", f"'{prefix}") if prefix != "train." else str(exc)) from None
-    except Exception as exc:  # noqa: BLE001 - a backend's own check, reported as a config error
+    except Exception as exc:
         raise ConfigError(f"backend {simulator!r} rejects section '{name}': {type(exc).__name__}: {exc}") from None
     return {str(k): v for k, v in out.items()}
 

@@ -166,7 +166,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         "env_steps": stats.env_steps,
         "wall_s": round(stats.wall_s, 3),
         "setup_s": round(setup_s, 3),
-        "env_steps_per_s": round(stats.env_steps / stats.wall_s, 3) if stats.wall_s else 0.0,
+        "first_reset_s": round(stats.first_reset_s, 3),
+        "env_steps_per_s": round(EnvLoop.steps_per_s(stats), 3),
         "episodes": episodes,
         "success_rate": (total_m["successes"] / episodes) if episodes else 0.0,
         "per_task": per_task,
@@ -183,7 +184,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if not per_task:
         print("  (no episode finished within the steps run)")
     print(
-        f"\n{stats.env_steps} env steps in {stats.wall_s:.1f}s = {summary['env_steps_per_s']:.1f} env steps/s | "
+        f"\n{stats.env_steps} env steps in {stats.wall_s - stats.first_reset_s:.1f}s (after a first reset of {stats.first_reset_s:.1f}s) "
+        f"= {summary['env_steps_per_s']:.1f} env steps/s | "
         f"episodes {episodes}, success rate {summary['success_rate']:.2f} | restarts {summary['sim_restarts']}"
     )
     for path in summary["videos"]:

@@ -52,6 +52,7 @@ class RolloutStats:
     successes: int = 0
     resets: int = 0
     wall_s: float = 0.0
+    first_reset_s: float = 0.0  # the first reset builds the simulators' scenes: a one-time cost
     policy_s: float = 0.0
     wait_s: float = 0.0  # time the driver waited for simulators
     cycle_s: list[float] = field(default_factory=list)  # wall time of each full cycle (every stage stepped once)
@@ -108,6 +109,7 @@ class EnvLoop:
         t_start = time.perf_counter()
         obs = self.reset()
         stats.resets += 1
+        stats.first_reset_s = time.perf_counter() - t_start
         done = [np.zeros(self.W * self.N, dtype=bool) for _ in range(self.S)]
         pending: dict[int, GroupFuture] = {}
         for it in range(num_chunks):
@@ -154,6 +156,12 @@ class EnvLoop:
             stats.successes += int(result.batch["success_once"].numpy().astype(bool)[ended].sum())
         if self.on_progress is not None:
             self.on_progress(stats)
+
+    @staticmethod
+    def steps_per_s(stats: RolloutStats) -> float:
+        """Env steps per second of stepping (after the first reset, which builds the scenes)."""
+        busy = stats.wall_s - stats.first_reset_s
+        return stats.env_steps / busy if busy > 0 else 0.0
 
     def describe(self) -> dict[str, Any]:
         """The loop's shape, for summaries."""
