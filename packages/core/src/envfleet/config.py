@@ -62,7 +62,7 @@ class VideoConfig:
     save_video: bool = False  # record a tiled video of every stage's envs
     video_base_dir: str = "videos"  # videos go to {video_base_dir}/rank_{rank}/{subdir}/{n}.mp4
     fps: int = 10  # frames per second of the written files
-    max_frames: int = 4000  # frames kept per stage before flush_video(); older ones are dropped
+    max_frames: int = 600  # frames kept in memory per stage until flush_video(); older ones are dropped
 
 
 @dataclass

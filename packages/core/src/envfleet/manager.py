@@ -677,6 +677,7 @@ class ProcessEnvManager:
                 shard.restarts.popleft()
             self.stats.restarts += 1
             self.stats.restart_log.append({"stage": self.stage_id, "shard": shard.index, "cause": how, "time": time.time()})
+            del self.stats.restart_log[:-100]  # the most recent causes are enough; a long run must not grow
             log.warning("stage %d shard %d (envs %s): %s; restarting", self.stage_id, shard.index, self._env_range(shard), how)
             if len(shard.restarts) > self.max_restarts:
                 raise RestartLimitError(
