@@ -67,7 +67,7 @@ def tests_isaac(session: nox.Session) -> None:
     warp_cache = os.path.join(session.cache_dir, "warp")
     args = session.posargs or ["tests/isaac"]
     env = {"WARP_CACHE_PATH": warp_cache, "OMNI_KIT_ACCEPT_EULA": "YES"}
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=1500", "-ra", *args, env=env)
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:dash", "--timeout=1500", "-ra", *args, env=env)
 
 
 @nox.session(python=PY311)
@@ -83,7 +83,13 @@ def typecheck(session: nox.Session) -> None:
     """mypy on the packages."""
     _install_project(session)
     session.install("-r", "requirements/lint.txt")
-    session.run("mypy", "packages/core/src/envfleet", "packages/ray-worker/src/envfleet_ray", "packages/backend-libero/src/envfleet_libero")
+    session.run(
+        "mypy",
+        "packages/core/src/envfleet",
+        "packages/ray-worker/src/envfleet_ray",
+        "packages/backend-libero/src/envfleet_libero",
+        "packages/backend-isaac/src/envfleet_isaac",
+    )
 
 
 @nox.session(python=PY311)
@@ -118,6 +124,7 @@ def chaos(session: nox.Session) -> None:
 @nox.session(python=PY311)
 def docs(session: nox.Session) -> None:
     """The documentation site, strict (a broken link or reference fails)."""
-    _install_project(session)
+    # envfleet_isaac's plugin module needs only envfleet: installed so the config reference shows its keys.
+    _install_project(session, extra=["packages/backend-isaac"])
     session.install("-r", "requirements/docs.txt")
     session.run("mkdocs", "build", "--strict", "--site-dir", os.path.join(session.cache_dir, "site"))

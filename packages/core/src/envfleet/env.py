@@ -146,7 +146,11 @@ class Env:
         return False
 
     def get_state(self) -> Any:
-        """A picklable snapshot from which :meth:`load_state` continues the same episodes."""
+        """A picklable snapshot from which :meth:`load_state` continues the same episodes.
+
+        Use numpy arrays and plain Python values, not torch tensors: the snapshot crosses a
+        process boundary, and torch's pickling of tensors tries to share memory instead.
+        """
         raise NotImplementedError(f"{type(self).__name__} does not support get_state()")
 
     def load_state(self, state: Any) -> None:

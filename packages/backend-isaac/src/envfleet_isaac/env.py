@@ -1,0 +1,654 @@
+"""``IsaacEnv``: every env of a stage as one batched Isaac Lab task, in the shard process.
+
+Imported only inside a shard process (``BackendSpec.env_factory`` names it as a
+string). The design, in short (the README has the long version):
+
+- **Start-up.** The runtime starts per the installed Isaac Lab version
+  (:mod:`envfleet_isaac.launch`), the task modules are imported so that the task id
+  registers, the task's env config is built and adjusted (``num_envs``, device,
+  seed, camera size, physics step), and the env is made with ``gym.make``.
+- **State bank.** State id ``k`` is made by the task's own ``_reset_idx`` on env 0,
+  under a seed derived from ``(state_bank_seed, k)``, and captured with
+  ``scene.get_state(is_relative=True)`` (plus ``train.isaac.task_buffers``). The bank
+  depends on the config only, never on the process, stage or number of envs, so
+  every stage of every worker agrees on what an id means. Positions are rounded to
+  a 2**-16 m grid so that adding and removing an env origin is exact: the same id
+  gives bit-identical observations in every env.
+- **Reset** restores bank rows with ``scene.reset_to(..., is_relative=True)``; the
+  task's reset randomisation is not run again.
+- **Episodes** follow :class:`envfleet.episodes.EpisodeTracker`. Isaac Lab would reset
+  a terminated env inside ``step()``; while stepping, the env's ``_reset_idx`` is
+  replaced by a recorder that does nothing, so no env is ever reset behind
+  envfleet's back. An env whose episode ended is *held*: it gets zero actions and,
+  after every later sub-step, its scene state from the moment it finished is
+  written back; its flags, reward 0 and observation are those of the tracker.
+- **Rendering.** Cameras are lazy sensors: they render when their data is read.
+  ``render: last`` reads them once per chunk, ``render: all`` after every sub-step;
+  both return the same images (a held env shows its final frame in both).
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from envfleet.env import ChunkStepResult, Env, EnvContext, ObservationSpec, ResetResult
+from envfleet.episodes import EpisodeTracker, StateCycle
+from envfleet.errors import InvalidInputError
+
+from .launch import SimulationRuntime
+from .plugin import camera_map, observation_spec, task_name
+
+__all__ = ["IsaacEnv", "build_state_bank", "derive_seed", "load_env_cfg", "POSITION_QUANTUM"]
+
+#: Bank positions are multiples of this (metres): exact under + / - of env origins that are
+#: multiples of it too (e.g. an env spacing of 1.5 m), for worlds smaller than 256 m.
+POSITION_QUANTUM = 2.0**-16
+
+State = dict[str, Any]  # scene.get_state()'s nested dict of tensors
+
+
+def derive_seed(*parts: int) -> int:
+    """A 31-bit seed from integers (order matters), for torch, numpy and Warp alike."""
+    words = [int(p) & 0xFFFFFFFF for p in parts]
+    return int(np.random.SeedSequence(words).generate_state(1, dtype=np.uint32)[0]) & 0x7FFFFFFF
+
+
+def _map(tree: Any, fn: Callable[[Any], Any]) -> Any:
+    """Apply ``fn`` to every array (tensor or numpy) of a nested dict (scene states)."""
+    if isinstance(tree, dict):
+        return {k: _map(v, fn) for k, v in tree.items()}
+    if isinstance(tree, (torch.Tensor, np.ndarray)):
+        return fn(tree)
+    return tree
+
+
+def _zip_assign(dst: Any, src: Any, rows: torch.Tensor) -> None:
+    """``dst[rows] = src[rows]`` for every tensor of two nested dicts of the same shape."""
+    if isinstance(dst, dict):
+        for key in dst:
+            _zip_assign(dst[key], src[key], rows)
+    elif isinstance(dst, torch.Tensor):
+        dst[rows] = src[rows]
+
+
+def _as_torch(value: Any) -> torch.Tensor:
+    """A torch view of a tensor, an Isaac Lab 3 ``ProxyArray`` or a Warp array."""
+    if isinstance(value, torch.Tensor):
+        return value
+    view = getattr(value, "torch", None)
+    if isinstance(view, torch.Tensor):
+        return view
+    import warp as wp
+
+    return wp.to_torch(value)
+
+
+def load_env_cfg(task: str) -> Any:
+    """A fresh env config instance for a registered task id.
+
+    Reads the ``env_cfg_entry_point`` the task registered (``"module:Class"``, a class,
+    a callable or an instance). Anything else (a YAML path) goes through
+    ``isaaclab_tasks.utils.parse_env_cfg``, which imports every stock task (seconds).
+    """
+    import copy
+
+    import gymnasium as gym
+
+    entry = gym.spec(task).kwargs.get("env_cfg_entry_point")
+    if entry is None:
+        raise RuntimeError(f"task {task!r} registers no 'env_cfg_entry_point' in its gymnasium kwargs; Isaac Lab tasks do")
+    if isinstance(entry, str) and ":" in entry and not entry.endswith((".yaml", ".yml")):
+        module_name, _, attr = entry.partition(":")
+        entry = getattr(importlib.import_module(module_name), attr)
+    if isinstance(entry, type) or callable(entry):
+        return entry()
+    if not isinstance(entry, str):
+        return copy.deepcopy(entry)
+    from isaaclab_tasks.utils import parse_env_cfg
+
+    return parse_env_cfg(task)
+
+
+class IsaacEnv(Env):
+    """The ``isaac`` backend's :class:`~envfleet.env.Env`: ``ctx.num_envs`` envs of one Isaac Lab task.
+
+    :param cfg: the env section (``train`` or ``val``) with ``cfg.isaac`` (see :class:`~envfleet_isaac.plugin.IsaacConfig`).
+    :param ctx: where this object sits in the fleet.
+    """
+
+    supports_state = True
+
+    def __init__(self, cfg: Any, ctx: EnvContext) -> None:
+        self.ctx = ctx
+        self.num_envs = int(ctx.num_envs)
+        self.action_dim = int(ctx.action_dim)
+        self.task = task_name(cfg)
+        self.icfg = cfg.isaac
+        self._spec = observation_spec(cfg, self.num_envs)
+        self._cameras: dict[str, str] = {}
+        full, wrist = camera_map(cfg)
+        self._cameras["full_image"] = full
+        if wrist is not None:
+            self._cameras["wrist_image"] = wrist
+        self.render_all = str(cfg.render) == "all"
+        self.device = str(cfg.device)
+        self.seed = int(cfg.seed)
+        self.runtime = SimulationRuntime(self.device)
+        self._closed = False
+        self._gym_env: Any = None
+        self.env: Any = None
+        self._stepping = False
+        self.intercepted_resets = 0  # how many resets Isaac Lab asked for inside step() (and did not do)
+        self.obs: dict[str, np.ndarray] = {k: np.zeros((self.num_envs, *s.shape), dtype=s.dtype) for k, s in self._spec.items()}
+        self._obs_t = {k: torch.from_numpy(v) for k, v in self.obs.items()}
+        self._bound = False
+        self._held_mask = np.zeros(self.num_envs, dtype=bool)
+        self._held_state: State | None = None
+        try:
+            self._build(cfg)
+        except BaseException:
+            self.close()
+            raise
+        max_steps = cfg.max_episode_steps or self._task_horizon()
+        self.tracker = EpisodeTracker(self.num_envs, max_steps, cfg.reward_coef, cfg.ignore_terminations)
+        self.cycle = (
+            StateCycle(self.get_all_state_ids(), cfg.seed, ctx.rank, ctx.stage_id, ctx.env_offset + np.arange(self.num_envs))
+            if cfg.auto_reset
+            else None
+        )
+
+    # ------------------------------------------------------------------ building
+    def _build(self, cfg: Any) -> None:
+        self.runtime.before_task_import()
+        import gymnasium as gym
+
+        from . import tasks  # noqa: F401  (registers the project's task ids)
+
+        for module in self.icfg.task_modules:
+            importlib.import_module(str(module))
+        if self.task not in gym.registry:
+            raise RuntimeError(
+                f"task {self.task!r} (train.task_name) is not a registered gymnasium id; add the module that registers it to "
+                "train.isaac.task_modules (e.g. 'isaaclab_tasks' for Isaac Lab's own tasks)"
+            )
+        env_cfg = load_env_cfg(self.task)
+        self._configure(env_cfg, cfg)
+        self.runtime.before_env_build(env_cfg)
+        self._gym_env = gym.make(self.task, cfg=env_cfg)
+        self.env = self._gym_env.unwrapped
+        self._check_env()
+        self._install_reset_guard()
+        self._build_bank()
+        state = self._state_from(self._compute_obs())
+        if state.shape[1] != self._spec["state"].shape[0]:
+            raise RuntimeError(
+                f"task {self.task!r}: the state terms {list(self.icfg.state_terms)} have {state.shape[1]} values, but "
+                f"train.isaac.state_dim (or the task's known size) says {self._spec['state'].shape[0]}"
+            )
+
+    def _configure(self, env_cfg: Any, cfg: Any) -> None:
+        """Adjust the task's config before the env is built: size, device, seed, cameras, physics step."""
+        env_cfg.scene.num_envs = self.num_envs
+        env_cfg.sim.device = self.device
+        env_cfg.seed = derive_seed(self.seed, self.ctx.rank, self.ctx.stage_id, self.ctx.env_offset)
+        if self.icfg.physics_dt is not None:
+            env_cfg.sim.dt = float(self.icfg.physics_dt)
+        if self.icfg.decimation is not None:
+            env_cfg.decimation = int(self.icfg.decimation)
+            # Isaac Lab warns when it would render less often than once per env step.
+            env_cfg.sim.render_interval = min(int(env_cfg.sim.render_interval), env_cfg.decimation)
+        # Lazy sensors render only when read; that is what makes `render: last` cheap.
+        env_cfg.scene.lazy_sensor_update = True
+        h, w = (int(x) for x in self._spec["full_image"].shape[:2])
+        for key, name in self._cameras.items():
+            cam_cfg = getattr(env_cfg.scene, name, None)
+            if cam_cfg is None or not hasattr(cam_cfg, "width"):
+                raise RuntimeError(
+                    f"camera {name!r} (for {key}) is not a camera of task {self.task!r}'s scene config; "
+                    "set train.isaac.full_image_camera / wrist_image_camera or train.init_params.camera_names"
+                )
+            if self.icfg.resize_cameras:
+                cam_cfg.height, cam_cfg.width = h, w
+            elif (int(cam_cfg.height), int(cam_cfg.width)) != (h, w):
+                raise self._camera_size_error(name, (int(cam_cfg.height), int(cam_cfg.width)))
+        # Fail before the (slow) build when the config already tells the action size.
+        space = getattr(env_cfg, "action_space", None)
+        if isinstance(space, int) and space != self.action_dim:
+            raise self._action_size_error(space)
+
+    def _camera_size_error(self, name: str, shape: tuple[int, int]) -> RuntimeError:
+        h, w = self._spec["full_image"].shape[:2]
+        return RuntimeError(
+            f"camera {name!r} of task {self.task!r} renders {shape[0]}x{shape[1]} images, but the observation spec says "
+            f"{h}x{w} (train.init_params.camera_heights/widths); set those to the task's size or train.isaac.resize_cameras=true"
+        )
+
+    def _action_size_error(self, task_dim: int) -> RuntimeError:
+        return RuntimeError(
+            f"task {self.task!r} takes actions of size {task_dim}, but actor.model.action_dim is {self.action_dim}; "
+            f"set actor.model.action_dim={task_dim}"
+        )
+
+    def _check_env(self) -> None:
+        env = self.env
+        sensors = env.scene.sensors
+        h, w = self._spec["full_image"].shape[:2]
+        for key, name in self._cameras.items():
+            if name not in sensors:
+                raise RuntimeError(f"camera {name!r} (for {key}) is not in task {self.task!r}'s scene: its sensors are {sorted(sensors)}")
+            height, width = (int(x) for x in sensors[name].image_shape)
+            if (height, width) != (h, w):
+                raise self._camera_size_error(name, (height, width))
+        task_dim = int(np.prod(env.single_action_space.shape))
+        if task_dim != self.action_dim:
+            raise self._action_size_error(task_dim)
+        name = self.icfg.success_term
+        if name is not None and not self._has_termination_term(name) and not hasattr(env, name):
+            raise RuntimeError(
+                f"train.isaac.success_term {name!r} is neither a method/attribute of task {self.task!r} nor a termination term"
+            )
+        for buf in self.icfg.task_buffers:
+            value = getattr(env, str(buf), None)
+            if not isinstance(value, torch.Tensor) or value.shape[:1] != (self.num_envs,):
+                raise RuntimeError(f"train.isaac.task_buffers: {buf!r} is not a tensor [num_envs, ...] attribute of task {self.task!r}")
+        self.task_description = str(self.icfg.task_description or getattr(env.cfg, "task_description", None) or self.task)
+
+    def _task_horizon(self) -> int:
+        """The task's own episode length in env steps (used when train.max_episode_steps is null)."""
+        return int(self.env.max_episode_length)
+
+    def _has_termination_term(self, name: str) -> bool:
+        manager = getattr(self.env, "termination_manager", None)
+        return manager is not None and name in getattr(manager, "active_terms", [])
+
+    def _install_reset_guard(self) -> None:
+        """Make the env's in-step auto-reset a no-op (see the module doc); resets outside step() still work."""
+        original = self.env._reset_idx
+        self._task_reset_idx = original
+
+        def guarded(env_ids: Any, *args: Any, **kwargs: Any) -> Any:
+            if self._stepping:
+                self.intercepted_resets += 1
+                return None
+            return original(env_ids, *args, **kwargs)
+
+        self.env._reset_idx = guarded
+
+    def _build_bank(self) -> None:
+        size = int(self.icfg.state_bank_size)
+        self._bank, self._bank_buffers = build_state_bank(
+            self.env, size, int(self.icfg.state_bank_seed), [str(b) for b in self.icfg.task_buffers], self._task_reset_idx
+        )
+        self._bank_size = size
+
+    # ------------------------------------------------------------------ protocol
+    def observation_spec(self) -> ObservationSpec:
+        return dict(self._spec)
+
+    def get_all_state_ids(self) -> np.ndarray:
+        return np.arange(int(self.icfg.state_bank_size), dtype=np.int64)
+
+    def get_state_task_ids(self) -> np.ndarray:
+        return np.zeros(int(self.icfg.state_bank_size), dtype=np.int64)  # one task per task id
+
+    def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
+        state_ids = np.asarray(state_ids, dtype=np.int64)
+        n = self.num_envs
+        if state_ids.shape != (n,):
+            raise InvalidInputError(f"state_ids must have shape ({n},), got {state_ids.shape}")
+        bad = np.nonzero((state_ids < 0) | (state_ids >= self._bank_size))[0]
+        if bad.size:
+            raise InvalidInputError(
+                f"state id {int(state_ids[bad[0]])} (env {int(bad[0])}) is out of range: expected 0..{self._bank_size - 1}"
+            )
+        if task_ids is not None:
+            task_ids = np.asarray(task_ids, dtype=np.int64)
+            wrong = np.nonzero(task_ids != 0)[0]
+            if wrong.size:
+                i = int(wrong[0])
+                raise InvalidInputError(
+                    f"env {i}: task id {int(task_ids[i])} does not match state id {int(state_ids[i])}, which belongs to task 0"
+                )
+        every = np.arange(n)
+        self._restore_bank(every, state_ids)
+        self.tracker.begin(every, state_ids, np.zeros(n, dtype=np.int64))
+        self._held_mask[:] = False
+        # Noise models and other in-step randomness restart from the same point for the same ids.
+        self.env.seed(derive_seed(self.seed, self.ctx.rank, self.ctx.stage_id, self.ctx.env_offset, *state_ids.tolist()))
+        self._write_rows(None, self._state_from(self._compute_obs()), self._read_cameras())
+        return ResetResult(
+            obs=self._out(),
+            task_descriptions=self._descriptions(),
+            infos={"state_id": state_ids.copy(), "task_id": np.zeros(n, dtype=np.int64)},
+        )
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
+        actions = np.asarray(actions)
+        n = self.num_envs
+        if actions.ndim != 3 or actions.shape[0] != n or actions.shape[2] != self.action_dim:
+            raise InvalidInputError(f"actions must have shape [{n}, chunk, {self.action_dim}], got {list(actions.shape)}")
+        if actions.dtype.kind != "f" or not np.isfinite(actions).all():
+            raise InvalidInputError("actions must be finite floats")
+        chunk = actions.shape[1]
+        device = self.env.device
+        acts = torch.tensor(actions, dtype=torch.float32, device=device)  # one transfer (copy) per chunk
+        t = self.tracker
+        t.start_chunk(chunk)
+        touched = t.active().copy()
+        ended = np.zeros(n, dtype=bool)  # envs whose episode ended during this chunk
+        frozen_state: torch.Tensor | None = None
+        frozen_images: dict[str, torch.Tensor] = {}
+        last_obs: Any = None
+        images: dict[str, torch.Tensor] | None = None
+        no_success = np.zeros(n, dtype=bool)
+        for k in range(chunk):
+            live = t.active()
+            if not live.any():  # every env has finished: nothing to simulate
+                t.record(k, live, no_success)
+                continue
+            held = self._held_mask.copy()
+            action = acts[:, k]
+            if held.any():
+                action = action * torch.as_tensor(~held, device=device).unsqueeze(-1)  # finished envs ignore their actions
+            obs, terminated = self._step(action)
+            t.record(k, live, self._success(terminated))
+            newly = live & t.done
+            last_obs = obs
+            if held.any():
+                self._restore_held(held)
+            rows = torch.as_tensor(np.nonzero(newly)[0], device=device)
+            if newly.any():
+                self._hold(newly)
+                ended |= newly
+                state = self._state_from(obs)
+                if frozen_state is None:
+                    frozen_state = torch.zeros_like(state)
+                frozen_state[rows] = state[rows]
+            if self.render_all:
+                images = self._read_cameras()
+                if newly.any():
+                    for key, img in images.items():
+                        if key not in frozen_images:
+                            frozen_images[key] = torch.zeros_like(img)
+                        frozen_images[key][rows] = img[rows]
+        flags = t.end_chunk()
+        if touched.any() and last_obs is not None:
+            state = self._state_from(last_obs)  # the observation of the last simulated sub-step
+            if frozen_state is not None:
+                state = torch.where(torch.as_tensor(ended, device=device).unsqueeze(-1), frozen_state, state)
+            if images is None:  # render: last -- the only camera read of the chunk
+                images = self._read_cameras()
+            elif frozen_images:
+                mask = torch.as_tensor(ended, device=device).view(-1, 1, 1, 1)
+                images = {key: torch.where(mask, frozen_images[key], img) for key, img in images.items()}
+            self._write_rows(None if touched.all() else np.nonzero(touched)[0], state, images)
+        if self.cycle is not None and flags.ended.any():
+            self._auto_reset(np.nonzero(flags.ended)[0], flags.infos)
+        return ChunkStepResult(
+            obs=self._out(),
+            task_descriptions=self._descriptions(),
+            rewards=flags.rewards,
+            terminations=flags.terminations,
+            truncations=flags.truncations,
+            infos=flags.infos,
+        )
+
+    def bind_observation_buffers(self, buffers: dict[str, np.ndarray]) -> bool:
+        # Observations are copied from the simulator straight into the manager's shared memory.
+        for key, value in self.obs.items():
+            buffers[key][...] = value
+        self.obs = buffers
+        self._obs_t = {k: torch.from_numpy(v) for k, v in buffers.items()}
+        self._bound = True
+        return True
+
+    def get_state(self) -> Any:
+        # numpy, not tensors: torch pickles tensors sent over a multiprocessing connection as
+        # shared file descriptors, which the manager's socket cannot carry.
+        env = self.env
+        cpu: Callable[[torch.Tensor], np.ndarray] = lambda x: x.detach().cpu().numpy().copy()  # noqa: E731
+        return {
+            "scene": _map(env.scene.get_state(is_relative=False), cpu),
+            "held_state": None if self._held_state is None else _map(self._held_state, cpu),
+            "held_mask": self._held_mask.copy(),
+            "tracker": self.tracker.get_state(),
+            "cycle": None if self.cycle is None else self.cycle.get_state(),
+            "obs": {k: v.copy() for k, v in self.obs.items()},
+            "buffers": {name: cpu(getattr(env, name)) for name in self._saved_buffers()},
+            "counters": {name: int(getattr(env, name)) for name in ("common_step_counter", "_sim_step_counter") if hasattr(env, name)},
+            "rng": {"torch": torch.get_rng_state().numpy(), "numpy": np.random.get_state(), "python": random.getstate()},
+        }
+
+    def load_state(self, state: Any) -> None:
+        env = self.env
+        device = env.device
+        to_dev: Callable[[np.ndarray], torch.Tensor] = lambda x: torch.from_numpy(np.asarray(x)).to(device)  # noqa: E731
+        env.scene.reset_to(_map(state["scene"], to_dev), None, is_relative=False)
+        for name, value in state["buffers"].items():
+            getattr(env, name)[...] = to_dev(value)
+        for name, value in state["counters"].items():
+            setattr(env, name, value)
+        env.sim.forward()
+        env.scene.update(dt=0.0)
+        self._held_state = None if state["held_state"] is None else _map(state["held_state"], to_dev)
+        self._held_mask = np.array(state["held_mask"], dtype=bool)
+        self.tracker.load_state(state["tracker"])
+        if self.cycle is not None and state["cycle"] is not None:
+            self.cycle.load_state(state["cycle"])
+        for key, value in state["obs"].items():
+            self.obs[key][...] = value
+        torch.set_rng_state(torch.from_numpy(np.asarray(state["rng"]["torch"])))
+        np.random.set_state(state["rng"]["numpy"])
+        random.setstate(state["rng"]["python"])
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._gym_env is not None:
+                self._gym_env.close()
+        finally:
+            self._gym_env = None
+            self.env = None
+            self.runtime.close()
+
+    # ------------------------------------------------------------------ simulation
+    def _step(self, action: torch.Tensor) -> tuple[Any, torch.Tensor]:
+        """One env step with Isaac Lab's auto-reset disabled; returns (obs, terminated)."""
+        self._stepping = True
+        try:
+            obs, _reward, terminated, _truncated, _extras = self.env.step(action)
+        finally:
+            self._stepping = False
+        return obs, terminated
+
+    def _success(self, terminated: torch.Tensor) -> np.ndarray:
+        """Bool ``[n]`` on the host: the task's success signal after the last step."""
+        name = self.icfg.success_term
+        value: Any = terminated
+        if name is not None:
+            if self._has_termination_term(name):
+                value = self.env.termination_manager.get_term(name)
+            else:
+                attr = getattr(self.env, name)
+                value = attr() if callable(attr) else attr
+        return _as_torch(value).reshape(self.num_envs).to(torch.bool).cpu().numpy().copy()
+
+    def _compute_obs(self) -> Any:
+        """The task's observations for the current scene (without stepping)."""
+        env = self.env
+        manager = getattr(env, "observation_manager", None)
+        if manager is not None:
+            return manager.compute()
+        compute = getattr(env, "_compute_observations", None) or env._get_observations
+        return compute()
+
+    def _state_from(self, obs: Any) -> torch.Tensor:
+        """``state`` float32 ``[n, D]`` (on the sim device) from the configured observation terms."""
+        n = self.num_envs
+        parts = []
+        for term in self.icfg.state_terms:
+            group, _, sub = str(term).partition(".")
+            if group not in obs:
+                raise RuntimeError(
+                    f"train.isaac.state_terms: {term!r} is not an observation group of task {self.task!r} (groups: {list(obs)})"
+                )
+            value = obs[group]
+            if sub:
+                if not isinstance(value, dict) or sub not in value:
+                    raise RuntimeError(f"train.isaac.state_terms: group {group!r} of task {self.task!r} has no term {sub!r}")
+                value = value[sub]
+            if isinstance(value, dict):
+                parts += [_as_torch(v).reshape(n, -1) for v in value.values()]
+            else:
+                parts.append(_as_torch(value).reshape(n, -1))
+        return torch.cat(parts, dim=-1).to(torch.float32)
+
+    def _read_cameras(self) -> dict[str, torch.Tensor]:
+        """uint8 ``[n, H, W, 3]`` views of each camera's latest image (this is what renders a lazy camera)."""
+        out = {}
+        for key, name in self._cameras.items():
+            output = self.env.scene.sensors[name].data.output
+            rgb = _as_torch(output["rgb"] if "rgb" in output else output["rgba"])[..., :3]
+            if rgb.dtype != torch.uint8:
+                rgb = (rgb.float().clamp(0.0, 1.0) * 255.0).round().to(torch.uint8)
+            out[key] = rgb
+        return out
+
+    def _restore_bank(self, env_idx: np.ndarray, state_ids: np.ndarray) -> None:
+        """Put bank states ``state_ids`` into envs ``env_idx`` and refresh the scene for reading."""
+        env = self.env
+        device = env.device
+        ids = torch.as_tensor(env_idx, dtype=torch.int32, device=device)
+        sids = torch.as_tensor(state_ids, dtype=torch.long, device=device)
+        env.scene.reset(ids)
+        env.scene.reset_to(_map(self._bank, lambda t: t[sids]), ids, is_relative=True)
+        rows = ids.long()
+        for name, bank in self._bank_buffers.items():
+            getattr(env, name)[rows] = bank[sids]
+        length = getattr(env, "episode_length_buf", None)
+        if isinstance(length, torch.Tensor):
+            length[rows] = 0
+        for name in ("reset_buf", "reset_terminated", "reset_time_outs"):
+            flag = getattr(env, name, None)
+            if isinstance(flag, torch.Tensor):
+                flag[rows] = False
+        env.sim.forward()
+        env.scene.update(dt=0.0)  # marks the cameras outdated so that the next read renders the new scene
+
+    def _hold(self, newly: np.ndarray) -> None:
+        """Remember the scene state of envs whose episode just ended (absolute, for the same env)."""
+        current = self.env.scene.get_state(is_relative=False)
+        if self._held_state is None:
+            self._held_state = _map(current, lambda t: t.clone())
+        else:
+            _zip_assign(self._held_state, current, torch.as_tensor(np.nonzero(newly)[0], device=self.env.device))
+        self._held_mask |= newly
+
+    def _restore_held(self, held: np.ndarray) -> None:
+        """Write the held envs' final state back after a sub-step moved them."""
+        assert self._held_state is not None
+        ids = torch.as_tensor(np.nonzero(held)[0], dtype=torch.int32, device=self.env.device)
+        rows = ids.long()
+        self.env.scene.reset_to(_map(self._held_state, lambda t: t[rows]), ids, is_relative=False)
+
+    def _auto_reset(self, idx: np.ndarray, infos: dict[str, np.ndarray]) -> None:
+        assert self.cycle is not None
+        sids = np.array([self.cycle.next(int(i)) for i in idx], dtype=np.int64)
+        self._restore_bank(idx, sids)
+        self.tracker.begin(idx, sids, np.zeros(len(idx), dtype=np.int64))
+        self._held_mask[idx] = False
+        self._write_rows(idx, self._state_from(self._compute_obs()), self._read_cameras())
+        infos["reset_state_id"][idx] = sids
+
+    # ------------------------------------------------------------------ observations
+    def _write_rows(self, rows: np.ndarray | None, state: torch.Tensor, images: dict[str, torch.Tensor]) -> None:
+        """Copy observations of ``rows`` (None: all) to the host buffers: one copy per array."""
+        sources = dict(images)
+        sources["state"] = state
+        for key, src in sources.items():
+            if src.device.type == "cpu":
+                # numpy copies stay on this thread; a torch copy of an image batch is split over
+                # OpenMP threads whose spinning afterwards slows the next (single-threaded) Warp
+                # launches by several percent on a small machine.
+                host = src.numpy()
+                if rows is None:
+                    np.copyto(self.obs[key], host)
+                else:
+                    self.obs[key][rows] = host[rows]
+            elif rows is None:
+                self._obs_t[key].copy_(src)  # one device-to-host copy into the (shared) buffer
+            else:
+                self._obs_t[key][torch.as_tensor(rows)] = src[torch.as_tensor(rows, device=src.device)].cpu()
+
+    def _out(self) -> dict[str, np.ndarray]:
+        # Bound to shared memory, the arrays themselves are the result (the shard reads them there).
+        return dict(self.obs) if self._bound else {k: v.copy() for k, v in self.obs.items()}
+
+    def _descriptions(self) -> list[str]:
+        return [self.task_description if t >= 0 else "" for t in self.tracker.task_ids]
+
+    def _saved_buffers(self) -> list[str]:
+        names = [str(b) for b in self.icfg.task_buffers]
+        if isinstance(getattr(self.env, "episode_length_buf", None), torch.Tensor):
+            names.append("episode_length_buf")
+        return names
+
+
+def build_state_bank(
+    env: Any, size: int, seed: int, buffers: Sequence[str] = (), reset_idx: Callable[[torch.Tensor], Any] | None = None
+) -> tuple[State, dict[str, torch.Tensor]]:
+    """The bank of initial states: state id ``k`` is ``reset_idx`` (the task's ``_reset_idx``) of env 0 under a seed
+    derived from ``(seed, k)``, captured with ``scene.get_state(is_relative=True)``, positions on the
+    :data:`POSITION_QUANTUM` grid. Returns the scene states (a tensor ``[size, ...]`` per leaf) and the
+    ``buffers`` (env attributes) captured alongside."""
+    reset = reset_idx or env._reset_idx
+    env0 = torch.zeros(1, dtype=torch.int32, device=env.device)
+    rows: list[State] = []
+    captured: dict[str, list[torch.Tensor]] = {name: [] for name in buffers}
+    for k in range(size):
+        env.seed(derive_seed(seed, k))
+        reset(env0)
+        env.scene.write_data_to_sim()
+        env.sim.forward()
+        rows.append(_map(env.scene.get_state(is_relative=True), lambda t: t[0:1].clone()))
+        for name in captured:
+            captured[name].append(getattr(env, name)[0:1].clone())
+    bank: State = _stack(rows)
+    _quantize_positions(bank)
+    return bank, {name: torch.cat(parts) for name, parts in captured.items()}
+
+
+def _stack(rows: list[State]) -> State:
+    """Concatenate per-state captures into one bank (a tensor [bank_size, ...] per leaf)."""
+    first = rows[0]
+    if isinstance(first, dict):
+        return {k: _stack([r[k] for r in rows]) for k in first}
+    if isinstance(first, torch.Tensor):
+        return torch.cat(rows)
+    return first
+
+
+def _quantize_positions(bank: State) -> None:
+    """Round the env-relative positions of a bank to :data:`POSITION_QUANTUM` (in place)."""
+    q = POSITION_QUANTUM
+    for kind, key, whole in (
+        ("articulation", "root_pose", False),
+        ("rigid_object", "root_pose", False),
+        ("cable_object", "segment_pose", False),
+        ("deformable_object", "nodal_position", True),
+    ):
+        for entity in bank.get(kind, {}).values():
+            if isinstance(entity, dict) and key in entity:
+                t = entity[key]
+                if whole:
+                    t.copy_(torch.round(t / q) * q)
+                else:
+                    t[..., :3] = torch.round(t[..., :3] / q) * q
