@@ -87,12 +87,14 @@ class EnvConformance:
 
     # ------------------------------------------------------------------ tests
     def test_state_ids_are_int64_and_unique(self, manager: ProcessEnvManager) -> None:
+        """State ids are unique int64, with a task id each."""
         ids = manager.get_all_state_ids()
         assert ids.dtype == np.int64 and ids.ndim == 1 and len(ids) > 0
         assert len(np.unique(ids)) == len(ids)
         assert manager.get_state_task_ids().shape == ids.shape
 
     def test_reset_matches_spec(self, manager: ProcessEnvManager) -> None:
+        """Reset returns every observation of the spec, with its shape and dtype, and task descriptions."""
         state_ids, task_ids = self._ids(manager)
         out = manager.reset_envs_to_state_ids(state_ids, task_ids)
         self._check_obs(manager, out.obs)
@@ -100,6 +102,7 @@ class EnvConformance:
         assert all(isinstance(t, str) and t for t in out.task_descriptions)
 
     def test_chunk_step_matches_spec(self, manager: ProcessEnvManager) -> None:
+        """A chunk step returns the spec's observations, float32 rewards and bool flags ``[n, chunk]``."""
         state_ids, task_ids = self._ids(manager)
         manager.reset_envs_to_state_ids(state_ids, task_ids)
         out = manager.chunk_step(self._actions(manager, 0))
@@ -112,6 +115,7 @@ class EnvConformance:
             assert len(value) == n, f"infos[{key!r}] has {len(value)} rows, expected {n}"
 
     def test_deterministic(self, manager: ProcessEnvManager) -> None:
+        """The same state ids and actions give the same observations and rewards twice."""
         state_ids, task_ids = self._ids(manager, offset=1)
         runs = []
         for _ in range(2):
@@ -124,12 +128,14 @@ class EnvConformance:
         np.testing.assert_array_equal(runs[0][2], runs[1][2])
 
     def test_actions_change_the_scene(self, manager: ProcessEnvManager) -> None:
+        """Random actions change the state (the actions reach the simulator)."""
         state_ids, task_ids = self._ids(manager, offset=2)
         first = manager.reset_envs_to_state_ids(state_ids, task_ids)
         step = manager.chunk_step(self._actions(manager, 2))
         assert not np.array_equal(first.obs["state"], step.obs["state"]), "random actions left the state unchanged"
 
     def test_reset_to_sample_of_state_ids(self, manager: ProcessEnvManager) -> None:
+        """Every env reset to the same state id observes the same thing, for a sample of ids."""
         ids = manager.get_all_state_ids()
         tasks = manager.get_state_task_ids()
         rng = np.random.default_rng(0)
@@ -143,6 +149,7 @@ class EnvConformance:
                     np.testing.assert_array_equal(value[0], value[i], err_msg=f"same state id, different {key!r}")
 
     def test_truncation_at_max_episode_steps(self, manager: ProcessEnvManager, conformance_cfg: Any) -> None:
+        """Episodes end by ``max_episode_steps`` and a finished env's flag stays True."""
         horizon = int(conformance_cfg.train.max_episode_steps)
         chunk = manager.num_action_chunks
         state_ids, task_ids = self._ids(manager, offset=3)
@@ -159,6 +166,7 @@ class EnvConformance:
             assert done[i, ended_by[i] :].all(), f"env {i}: a finished env's flag went back to False"
 
     def test_state_round_trip(self, manager: ProcessEnvManager) -> None:
+        """Offload (get_state) and onload (load_state) continue the same episodes exactly."""
         if not manager.supports_state:
             pytest.skip("backend does not support get_state/load_state")
         state_ids, task_ids = self._ids(manager, offset=4)
@@ -179,6 +187,7 @@ class EnvConformance:
         ["wrong_shape", "wrong_dtype", "nan", "inf", "state_id_out_of_range", "task_id_mismatch", "ids_wrong_length"],
     )
     def test_bad_input_rejected_then_usable(self, manager: ProcessEnvManager, bad: str) -> None:
+        """Bad actions and ids raise InvalidInputError and the env still steps."""
         n, c, d = manager.num_envs, manager.num_action_chunks, manager.action_dim
         state_ids, task_ids = self._ids(manager)
         manager.reset_envs_to_state_ids(state_ids, task_ids)
