@@ -142,3 +142,15 @@ def test_from_verl_duck_typed() -> None:
 
     d = DataProto.from_verl(Fake())
     assert len(d) == 2 and d.meta_info == {"m": 1}
+
+
+def test_pickle_keeps_dtypes_including_ones_numpy_lacks() -> None:
+    d = DataProto.from_dict(
+        {"b": torch.tensor([True, False]), "h": torch.ones(2, 3, dtype=torch.bfloat16), "u": torch.arange(2, dtype=torch.uint8)},
+        {"s": np.array(["x", "y"], dtype=object)},
+        {"k": 1},
+    )
+    back = pickle.loads(pickle.dumps(d, protocol=5))
+    assert {k: v.dtype for k, v in back.batch.items()} == {"b": torch.bool, "h": torch.bfloat16, "u": torch.uint8}
+    assert torch.equal(back.batch["h"], d.batch["h"]) and back.non_tensor_batch["s"].tolist() == ["x", "y"]
+    assert len(back) == 2 and back.meta_info == {"k": 1}

@@ -81,6 +81,35 @@ class DataProto:
         self.non_tensor_batch = {k: _as_numpy(k, v) for k, v in self.non_tensor_batch.items()}
         self.check_consistency()
 
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict[str, Any]:
+        # A TensorDict pickles its metadata key by key, which costs milliseconds for a
+        # dozen small tensors; numpy arrays pickle as raw buffers (out of band with
+        # protocol 5, which Ray uses). Tensors that numpy cannot hold stay tensors.
+        tensors: dict[str, Any] = {}
+        if self.batch is not None:
+            for key in _keys(self.batch):
+                value = self.batch[key]
+                if isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dtype in _NUMPY_SAFE:
+                    tensors[key] = value.detach().contiguous().numpy()
+                else:
+                    tensors[key] = value
+        return {
+            "tensors": tensors,
+            "batch_size": None if self.batch is None else int(self.batch.batch_size[0]),
+            "non_tensor_batch": self.non_tensor_batch,
+            "meta_info": self.meta_info,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        batch = None
+        if state["batch_size"] is not None:
+            tensors = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in state["tensors"].items()}
+            batch = TensorDict(tensors, batch_size=[state["batch_size"]])
+        self.batch = batch
+        self.non_tensor_batch = state["non_tensor_batch"]
+        self.meta_info = state["meta_info"]
+
     # ------------------------------------------------------------------ building
     @classmethod
     def from_dict(
@@ -326,6 +355,21 @@ def _common_size(tensors: Mapping[str, torch.Tensor], non_tensors: Mapping[str, 
             elif n != size:
                 raise ValueError(f"batch size mismatch: {kind} {key!r} has {n} rows, {first_key!r} has {size}")
     return 0 if size is None else size
+
+
+_NUMPY_SAFE = {
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+    torch.complex128,
+}
 
 
 def _keys(td: TensorDict) -> list[str]:
