@@ -118,7 +118,7 @@ def chaos(session: nox.Session) -> None:
     env = {**RENDER_ENV, "ENVFLEET_CHAOS": "1", "ENVFLEET_RELIABILITY_OUT": out}
     args = session.posargs or ["tests/reliability"]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=5400", "-ra", "-s", *args, env=env)
-    session.run("python", "tests/reliability/render_report.py", out)
+    session.run("python", "tests/reliability/render_report.py", out, env={"ENVFLEET_CHAOS": "1"})
 
 
 @nox.session(python=PY311)

@@ -27,9 +27,13 @@ COLUMNS = [
 def main(directory: str) -> None:
     with open(os.path.join(directory, "results.json")) as fh:
         runs = json.load(fh)
+    how = (
+        "by `nox -s chaos` (`ENVFLEET_CHAOS=1 pytest tests/reliability`)"
+        if os.environ.get("ENVFLEET_CHAOS") == "1"
+        else "by the CI-sized run (`ENVFLEET_RELIABILITY_OUT=docs/reliability pytest tests/reliability`; `nox -s chaos` runs the same with bigger numbers)"
+    )
     lines = [
-        f"Measured on {os.cpu_count()} cores, Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}, "
-        "by `nox -s chaos` (`ENVFLEET_CHAOS=1 pytest tests/reliability`).",
+        f"Measured on {os.cpu_count()} cores, Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}, {how}.",
         "",
         "| " + " | ".join(title for _, title in COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
