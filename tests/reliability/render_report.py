@@ -42,7 +42,10 @@ def main(directory: str) -> None:
         cells = []
         for key, _ in COLUMNS:
             value = run.get(key, "")
-            cells.append(f"{value:.2f}" if isinstance(value, float) else str(value))
+            if key == "longest_stall_s" and (not run.get("chunks_requested") or value == 0.0):
+                cells.append("-")  # runs that time no steps (driver kill, soaks)
+            else:
+                cells.append(f"{value:.2f}" if isinstance(value, float) else str(value))
         lines.append("| " + " | ".join(cells) + " |")
     notes = [f"- **{run['name']}**: {'; '.join(run['notes'])}" for run in runs if run.get("notes")]
     text = "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "") + "\n"

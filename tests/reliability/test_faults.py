@@ -128,12 +128,14 @@ def test_actor_sigkill_with_restarts_finishes_rollout(local_ray) -> None:
     group = start_group(make_cfg(), max_restarts=10)
     kills = scale(1, 3)
     victims: list[int] = []
+    done = [0]
 
     def inject(i: int) -> int:
-        if i % 6 == 3 and len(victims) < kills:
-            info = group.node_info()[len(victims) % W]
+        if i % 6 == 3 and done[0] < kills:
+            info = group.node_info()[done[0] % W]
             victims.extend([info["pid"], *[p for stage in info["shard_pids"]["train"] for p in stage]])
             os.kill(info["pid"], signal.SIGKILL)
+            done[0] += 1
             return 1
         return 0
 
