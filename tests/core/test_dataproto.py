@@ -154,3 +154,14 @@ def test_pickle_keeps_dtypes_including_ones_numpy_lacks() -> None:
     assert {k: v.dtype for k, v in back.batch.items()} == {"b": torch.bool, "h": torch.bfloat16, "u": torch.uint8}
     assert torch.equal(back.batch["h"], d.batch["h"]) and back.non_tensor_batch["s"].tolist() == ["x", "y"]
     assert len(back) == 2 and back.meta_info == {"k": 1}
+
+
+def test_unpickled_tensors_are_writable_even_from_read_only_buffers() -> None:
+    d = DataProto.from_dict({"img": torch.zeros(2, 4, 4, 3, dtype=torch.uint8)})
+    state = d.__getstate__()
+    for value in state["tensors"].values():
+        value.flags.writeable = False  # what Ray's zero-copy deserialization hands out
+    back = DataProto.__new__(DataProto)
+    back.__setstate__(state)
+    back.batch["img"] += 1  # a trainer normalizing in place must not fail
+    assert int(back.batch["img"].sum()) == 2 * 4 * 4 * 3

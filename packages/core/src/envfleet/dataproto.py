@@ -104,7 +104,12 @@ class DataProto:
     def __setstate__(self, state: dict[str, Any]) -> None:
         batch = None
         if state["batch_size"] is not None:
-            tensors = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in state["tensors"].items()}
+            # Ray hands out read-only zero-copy arrays from its object store; a tensor over one
+            # would fail (or corrupt the store) when a trainer writes into it, so those are copied.
+            tensors = {
+                k: torch.from_numpy(v if v.flags.writeable else v.copy()) if isinstance(v, np.ndarray) else v
+                for k, v in state["tensors"].items()
+            }
             batch = TensorDict(tensors, batch_size=[state["batch_size"]])
         self.batch = batch
         self.non_tensor_batch = state["non_tensor_batch"]
