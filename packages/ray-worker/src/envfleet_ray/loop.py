@@ -116,22 +116,12 @@ class EnvLoop:
             t_cycle = time.perf_counter()
             for s in range(self.S):
                 if s in pending:
-                    t0 = time.perf_counter()
-                    result = pending.pop(s).get()
-                    stats.wait_s += time.perf_counter() - t0
-                    self._account(result, stats)
-                    obs[s] = result
-                    done[s] = (result.batch["terminations"][:, -1] | result.batch["truncations"][:, -1]).numpy()
+                    self._collect(s, pending, obs, done, stats)
                 if s == 0 and it > 0 and not self.auto_reset and done[0].all():
                     # Stage 0 has finished: collect the other stages (in flight anyway) and,
                     # if every env is finished, start new episodes everywhere.
                     for other in sorted(pending):
-                        t0 = time.perf_counter()
-                        result = pending.pop(other).get()
-                        stats.wait_s += time.perf_counter() - t0
-                        self._account(result, stats)
-                        obs[other] = result
-                        done[other] = (result.batch["terminations"][:, -1] | result.batch["truncations"][:, -1]).numpy()
+                        self._collect(other, pending, obs, done, stats)
                     if all(d.all() for d in done):
                         obs = self.reset()
                         stats.resets += 1
@@ -140,12 +130,19 @@ class EnvLoop:
             stats.chunks_per_stage += 1
             stats.cycle_s.append(time.perf_counter() - t_cycle)
         for s in sorted(pending):
-            t0 = time.perf_counter()
-            result = pending.pop(s).get()
-            stats.wait_s += time.perf_counter() - t0
-            self._account(result, stats)
+            self._collect(s, pending, obs, done, stats)
         stats.wall_s = time.perf_counter() - t_start
         return stats
+
+    def _collect(self, s: int, pending: dict[int, GroupFuture], obs: list[DataProto], done: list[np.ndarray], stats: RolloutStats) -> None:
+        """Wait for stage ``s``'s step, count it, and keep its observations and finished flags."""
+        t0 = time.perf_counter()
+        result = pending.pop(s).get()
+        stats.wait_s += time.perf_counter() - t0
+        self._account(result, stats)
+        assert result.batch is not None
+        obs[s] = result
+        done[s] = (result.batch["terminations"][:, -1] | result.batch["truncations"][:, -1]).numpy()
 
     def _account(self, result: DataProto, stats: RolloutStats) -> None:
         assert result.batch is not None
