@@ -127,27 +127,24 @@ class EpisodeTracker:
         """Account sub-step ``k``: ``simulated`` envs ran it and ``success`` says which succeeded."""
         c = self._chunk
         assert c is not None, "start_chunk() first"
-        finished = ~simulated
-        c.terminations[finished, k] = self.end_term[finished]
-        c.truncations[finished, k] = self.end_trunc[finished]
-        idx = np.nonzero(simulated)[0]
-        if idx.size == 0:
-            return
-        succ = np.asarray(success, dtype=bool)[idx]
-        self.length[idx] += 1
-        reward = np.where(succ, self.reward_coef, 0.0).astype(np.float32)
-        self.ret[idx] += reward
-        self.success_once[idx] |= succ
-        trunc = self.length[idx] >= self.max_episode_steps
-        c.rewards[idx, k] = reward
-        c.terminations[idx, k] = succ
-        c.truncations[idx, k] = trunc
-        ends = trunc | (succ & (not self.ignore_terminations))
-        ended = idx[ends]
-        self.done[ended] = True
-        self.end_term[ended] = succ[ends] & (not self.ignore_terminations)
-        self.end_trunc[ended] = trunc[ends]
-        c.ended[ended] = True
+        # Whole-array masks, no index arrays: a dozen ufunc calls whatever the batch size.
+        sim = np.asarray(simulated, dtype=bool)
+        succ = np.asarray(success, dtype=bool) & sim
+        self.length += sim
+        reward = succ * np.float32(self.reward_coef)
+        self.ret += reward
+        self.success_once |= succ
+        trunc = sim & (self.length >= self.max_episode_steps)
+        ends = trunc | succ if not self.ignore_terminations else trunc
+        if not self.ignore_terminations:
+            self.end_term |= succ
+        self.end_trunc |= trunc
+        self.done |= ends
+        c.ended |= ends
+        c.rewards[:, k] = reward
+        # Envs finished before this sub-step keep the flag that ended them.
+        c.terminations[:, k] = np.where(sim, succ, self.end_term)
+        c.truncations[:, k] = np.where(sim, trunc, self.end_trunc)
 
     def end_chunk(self) -> ChunkFlags:
         """Finish the chunk: flags, which envs ended, and per-env episode infos."""

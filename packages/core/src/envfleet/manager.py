@@ -37,7 +37,6 @@ import time
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import numpy as np
@@ -46,8 +45,8 @@ from omegaconf import DictConfig, OmegaConf
 from .env import ChunkStepResult, EnvContext, ResetResult
 from .errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
 from .plugins import BackendSpec, get_backend
-from .shard import unpack_arrays
 from .shm import ShmBlock, ShmLayout
+from .wire import Channel, Layout, layout_of
 
 __all__ = ["ProcessEnvManager", "ManagerStats", "validate_actions"]
 
@@ -92,12 +91,18 @@ class _Shard:
         self.layout = layout
         self.block: ShmBlock | None = None
         self.proc: subprocess.Popen[bytes] | None = None
-        self.conn: Connection | None = None
+        self.conn: Channel | None = None
         self.log_path = os.path.join(log_dir, f"shard{index}.log")
         self.restarts: collections.deque[float] = collections.deque()
         self.last_reset: tuple[np.ndarray, np.ndarray | None] | None = None
         self.saved_state: Any = None
         self.pending: str | None = None
+        self.sim_s = 0.0
+        # The last reset/step reply (see envfleet.wire): its layout, bytes, other infos, descriptions.
+        self.rec_layout: Layout | None = None
+        self.rec_raw = b""
+        self.rec_others: dict[str, Any] = {}
+        self.descriptions: list[str] = [""] * self.num_envs
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -125,6 +130,44 @@ class _Shard:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+def _pool_baseline() -> int:
+    probe: list[np.ndarray] = [np.empty(1)]
+    for arr in probe:
+        return sys.getrefcount(arr)
+    raise AssertionError("unreachable")
+
+
+class _RecyclingPool:
+    """Output arrays that are reused once nobody but this pool holds them.
+
+    Copying the observations out of shared memory into freshly allocated arrays
+    costs several times the copy itself: large allocations come back from the
+    kernel as new pages, each one faulted in and zeroed. Results are still
+    independent arrays: an array is reused only when its reference count shows
+    that the caller dropped every reference (to it and to any view or tensor made
+    from it), so no one can see it change. A caller that keeps its results simply
+    gets new arrays.
+    """
+
+    _BASELINE = _pool_baseline()  # references the pool itself holds while checking (list, loop variable, argument)
+
+    def __init__(self, keep: int = 2) -> None:
+        self.keep = keep
+        self._arrays: dict[str, list[np.ndarray]] = {}
+
+    def take(self, key: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An array of ``shape`` and ``dtype`` that no one else references."""
+        arrays = self._arrays.setdefault(key, [])
+        for arr in arrays:
+            if sys.getrefcount(arr) == self._BASELINE and arr.shape == shape and arr.dtype == dtype:
+                return arr
+        fresh = np.empty(shape, dtype=dtype)
+        arrays.append(fresh)
+        if len(arrays) > self.keep:
+            del arrays[0]
+        return fresh
 
 
 class _Resources:
@@ -210,16 +253,6 @@ def _as_ids(name: str, ids: Any, n: int) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def _decode(payload: Any) -> Any:
-    """Unpack the arrays of a reset/step reply (see envfleet.shard.pack_arrays)."""
-    if isinstance(payload, dict) and "infos" in payload and isinstance(payload["infos"], tuple):
-        payload = dict(payload)
-        payload["infos"] = unpack_arrays(*payload["infos"])
-        if "flags" in payload:
-            payload.update(unpack_arrays(payload.pop("flags"), {}))
-    return payload
-
-
 class ProcessEnvManager:
     """Runs one stage's envs out of process. Same call surface as :class:`~envfleet.env.Env`.
 
@@ -264,7 +297,8 @@ class ProcessEnvManager:
         self._closed = False
         # dtype and trailing shape of each info key, per call kind, to fill the rows of a restarted shard
         self._info_templates: dict[str, dict[str, tuple[np.dtype[Any], tuple[int, ...]]]] = {"reset": {}, "step": {}}
-        self._descriptions: list[str] = [""] * self.num_envs
+        self._fast_layouts: dict[str, Layout] = {}
+        self._obs_pool = _RecyclingPool()
         self._res = _Resources()
         self._finalizer = weakref.finalize(self, self._res.cleanup)
         size = self.spec.shard_size(self.env_cfg, self.num_envs)
@@ -388,18 +422,10 @@ class ProcessEnvManager:
             for shard in self._res.shards:
                 sl = shard.env_slice
                 shard.last_reset = (state_ids[sl].copy(), None if task_ids is None else task_ids[sl].copy())
-            replies, restarted, sim_s = self._call_all(
-                "reset", lambda s: {"state_ids": s.last_reset[0], "task_ids": s.last_reset[1]}, retry_reset=True
-            )
-            result = ResetResult(obs=self._gather_obs(), task_descriptions=[], infos={})
-            descriptions: list[str] = []
-            infos: list[dict[str, np.ndarray]] = []
-            for reply in replies:
-                descriptions += list(reply["task_descriptions"])
-                infos.append(dict(reply["infos"]))
-            result.task_descriptions = descriptions
-            self._descriptions = descriptions
-            result.infos = self._merge_infos(infos, restarted, "reset")
+            obs = self._new_obs()
+            restarted, sim_s = self._call_all("reset", lambda s: {"state_ids": s.last_reset[0], "task_ids": s.last_reset[1]}, obs)
+            _, infos, descriptions = self._merge_replies(restarted, "reset")
+            result = ResetResult(obs=obs, task_descriptions=descriptions, infos=infos)
             self._account(t0, sim_s)
             if self._recorder is not None:
                 self._recorder.add(result.obs, result.infos.get("task_id"), None, None)
@@ -412,36 +438,19 @@ class ProcessEnvManager:
             actions = validate_actions(actions, self.num_envs, self.num_action_chunks, self.action_dim)
             chunk = actions.shape[1]
             t0 = time.perf_counter()
-            # Raw bytes pickle several times faster than a numpy array (see shard.pack_arrays).
-            replies, restarted, sim_s = self._call_all(
-                "step", lambda s: {"actions": (actions[s.env_slice].tobytes(), actions[s.env_slice].shape)}
-            )
-            rewards = np.zeros((self.num_envs, chunk), dtype=np.float32)
-            terms = np.zeros((self.num_envs, chunk), dtype=bool)
-            truncs = np.zeros((self.num_envs, chunk), dtype=bool)
-            descriptions: list[str] = []
-            infos: list[dict[str, np.ndarray]] = []
-            for shard, reply in zip(self._res.shards, replies):
-                sl = shard.env_slice
-                if shard.index in restarted:
-                    truncs[sl, -1] = True
-                    descriptions += reply.get("task_descriptions", self._descriptions[sl])
-                    infos.append(dict(reply.get("infos", {})))
-                    continue
-                rewards[sl] = reply["rewards"]
-                terms[sl] = reply["terminations"]
-                truncs[sl] = reply["truncations"]
-                descriptions += list(reply["task_descriptions"])
-                infos.append(dict(reply["infos"]))
-            self._descriptions = descriptions
+            # Raw bytes pickle several times faster than a numpy array.
+            obs = self._new_obs()
+            restarted, sim_s = self._call_all("step", lambda s: (actions[s.env_slice].tobytes(), actions[s.env_slice].shape), obs)
+            flags, infos, descriptions = self._merge_replies(restarted, "step", chunk)
             result = ChunkStepResult(
-                obs=self._gather_obs(),
+                obs=obs,
                 task_descriptions=descriptions,
-                rewards=rewards,
-                terminations=terms,
-                truncations=truncs,
-                infos=self._merge_infos(infos, restarted, "step"),
+                rewards=flags["rewards"],
+                terminations=flags["terminations"],
+                truncations=flags["truncations"],
+                infos=infos,
             )
+            rewards = result.rewards
             self._account(t0, sim_s)
             if self._recorder is not None:
                 self._recorder.add(result.obs, result.infos.get("task_id"), rewards, result.infos.get("success_once"))
@@ -498,6 +507,7 @@ class ProcessEnvManager:
         if shard.block is None:
             shard.block = ShmBlock(shard.layout, tag=f"s{self.stage_id}_{shard.index}_")
         parent_sock, child_sock = socket.socketpair()
+        shard.rec_layout, shard.rec_raw, shard.rec_others = None, b"", {}
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         # The child must find envfleet the way the parent does (editable installs, tests).
@@ -513,7 +523,7 @@ class ProcessEnvManager:
                 close_fds=True,
             )
         child_sock.close()
-        conn = Connection(os.dup(parent_sock.fileno()))
+        conn = Channel(os.dup(parent_sock.fileno()))
         parent_sock.close()
         shard.proc, shard.conn = proc, conn
         factory = self.spec.env_factory if isinstance(self.spec.env_factory, str) else pickle.dumps(self.spec.env_factory)
@@ -578,38 +588,42 @@ class ProcessEnvManager:
             tb,
         )
 
-    def _collect(self, shards: list[_Shard], timeout: float) -> list[tuple[str, Any]]:
-        """Await one reply from each shard: ("ok", payload), ("err", (kind, msg, tb)) or ("died"/"hung", how)."""
+    def _collect(self, shards: list[_Shard], timeout: float, on_ok: Any = None) -> list[tuple[str, Any]]:
+        """Await one reply from each shard: ("ok", payload), ("err", (kind, msg, tb)) or ("died"/"hung", how).
+
+        Replies are read in shard order: all shards work at once, so by the time the
+        first has answered the others mostly have too, and reading in order costs one
+        poll per shard instead of a selector over all of them. ``on_ok(shard)`` runs
+        as soon as a shard answers, while the others still work.
+        """
         deadline = time.monotonic() + timeout
-        results: dict[int, tuple[str, Any]] = {}
-        waiting: dict[Any, _Shard] = {s.conn: s for s in shards if s.conn is not None}
-        for s in shards:
-            if s.conn is None:
-                results[s.index] = ("died", "was not running")
-        while waiting:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            for conn in wait(list(waiting), timeout=remaining):
-                shard = waiting.pop(conn)
+        results: list[tuple[str, Any]] = []
+        for shard in shards:
+            conn = shard.conn
+            if conn is None:
+                results.append(("died", "was not running"))
+                continue
+            if not conn.poll(deadline - time.monotonic()):
+                results.append(("hung", f"did not answer within {timeout:g} s"))
+                continue
+            try:
+                reply = conn.recv()
+            except (EOFError, OSError):
                 try:
-                    reply = shard.conn.recv()  # type: ignore[union-attr]
-                except (EOFError, OSError):
-                    try:
-                        shard.proc.wait(timeout=5.0)  # type: ignore[union-attr]
-                    except subprocess.TimeoutExpired:
-                        pass
-                    results[shard.index] = ("died", shard.exit_description())
-                    continue
-                shard.pending = None
-                if reply[0] == "ok":
-                    results[shard.index] = ("ok", _decode(reply[1]))
-                    shard.sim_s = reply[2]  # type: ignore[attr-defined]
-                else:
-                    results[shard.index] = ("err", reply[1:])
-        for shard in waiting.values():
-            results[shard.index] = ("hung", f"did not answer within {timeout:g} s")
-        return [results[s.index] for s in shards]
+                    shard.proc.wait(timeout=5.0)  # type: ignore[union-attr]
+                except subprocess.TimeoutExpired:
+                    pass
+                results.append(("died", shard.exit_description()))
+                continue
+            shard.pending = None
+            if reply[0] == "ok":
+                results.append(("ok", reply[1]))
+                shard.sim_s = reply[2]
+                if on_ok is not None:
+                    on_ok(shard)
+            else:
+                results.append(("err", reply[1:]))
+        return results
 
     def _broadcast(self, cmd: str, make: Any, shards: list[_Shard], timeout: float) -> list[Any]:
         """Send ``cmd`` to ``shards`` and return payloads; errors raise (no restart)."""
@@ -632,41 +646,56 @@ class ProcessEnvManager:
             raise first_error
         return out
 
-    def _call_all(self, cmd: str, make: Any, retry_reset: bool = False) -> tuple[list[dict[str, Any]], set[int], float]:
-        """Send to all shards, then await all; restart the ones that died or hung."""
+    def _call_all(self, cmd: str, make: Any, obs: dict[str, np.ndarray]) -> tuple[set[int], float]:
+        """Send a reset or step to all shards, then await all; restart the ones that died or hung.
+
+        Each shard's observations are copied into ``obs`` as soon as it answers, so
+        the copy overlaps the other shards' work. Each shard's reply is kept on its
+        handle (see :meth:`_absorb`); a restarted shard holds its fresh reset's reply.
+        """
         shards = self._res.shards
-        sent: list[_Shard] = []
         for s in shards:
             try:
                 assert s.conn is not None
                 s.conn.send((cmd, make(s)))
                 s.pending = cmd
-                sent.append(s)
             except (OSError, AssertionError):
                 pass  # dead already: handled as a crash below
-        outcomes = self._collect(shards, self.step_timeout_s)
-        replies: list[dict[str, Any]] = []
+        outcomes = self._collect(shards, self.step_timeout_s, on_ok=lambda shard: self._copy_obs(shard, obs))
         restarted: set[int] = set()
         first_error: Exception | None = None
         sim_s = 0.0
         for shard, (status, payload) in zip(shards, outcomes):
             if status == "ok":
-                replies.append(payload)
-                sim_s = max(sim_s, getattr(shard, "sim_s", 0.0))
+                self._absorb(shard, payload)
+                sim_s = max(sim_s, shard.sim_s)
             elif status == "err":
-                replies.append({})
                 if first_error is None:
                     first_error = self._remote_error(shard, "resetting" if cmd == "reset" else "stepping", payload)
             else:
                 reply = self._restart(shard, f"{payload} during {cmd}")
                 restarted.add(shard.index)
-                replies.append(reply)
+                self._copy_obs(shard, obs)
+                if reply is not None:
+                    self._absorb(shard, reply)
+                else:
+                    shard.rec_layout, shard.rec_raw, shard.rec_others = None, b"", {}
         if first_error is not None:
             raise first_error
-        return replies, restarted, sim_s
+        return restarted, sim_s
 
-    def _restart(self, shard: _Shard, how: str) -> dict[str, Any]:
-        """Kill, rebuild and re-reset a shard; return its reset reply."""
+    @staticmethod
+    def _absorb(shard: _Shard, payload: tuple[Any, ...]) -> None:
+        """Keep a reset/step reply ``(fields or None, array bytes, others, descriptions or None)``."""
+        fields, raw, others, descriptions = payload
+        if fields is not None:
+            shard.rec_layout = layout_of(fields, shard.num_envs)
+        shard.rec_raw, shard.rec_others = raw, others
+        if descriptions is not None:
+            shard.descriptions = descriptions
+
+    def _restart(self, shard: _Shard, how: str) -> tuple[Any, ...] | None:
+        """Kill, rebuild and re-reset a shard; return its reset reply (None: it was never reset)."""
         while True:
             exit_desc = shard.exit_description() if shard.proc is not None and shard.proc.poll() is not None else how
             tail = shard.stderr_tail()
@@ -695,13 +724,13 @@ class ProcessEnvManager:
                     continue
                 self._on_init(payload)
                 if shard.last_reset is None:
-                    return {}
+                    return None
                 state_ids, task_ids = shard.last_reset
                 assert shard.conn is not None
                 shard.conn.send(("reset", {"state_ids": state_ids, "task_ids": task_ids}))
                 ((status, payload),) = self._collect([shard], self.step_timeout_s)
                 if status == "ok":
-                    return dict(payload)
+                    return tuple(payload)
                 if status == "err":
                     raise self._remote_error(shard, "resetting after a restart", payload)
                 how = f"{payload} during the reset after a restart"
@@ -709,13 +738,51 @@ class ProcessEnvManager:
                 how = f"could not be restarted: {exc}"
 
     # ------------------------------------------------------------------ results
-    def _gather_obs(self) -> dict[str, np.ndarray]:
-        out = {k: np.empty((self.num_envs, *s.shape), dtype=s.dtype) for k, s in self.obs_spec.items()}
-        for shard in self._res.shards:
-            assert shard.block is not None
-            for key, view in shard.block.arrays.items():
-                out[key][shard.env_slice] = view
-        return out
+    def _new_obs(self) -> dict[str, np.ndarray]:
+        return {k: self._obs_pool.take(k, (self.num_envs, *s.shape), s.dtype) for k, s in self.obs_spec.items()}
+
+    @staticmethod
+    def _copy_obs(shard: _Shard, out: dict[str, np.ndarray]) -> None:
+        assert shard.block is not None
+        for key, view in shard.block.arrays.items():
+            out[key][shard.env_slice] = view
+
+    def _merge_replies(
+        self, restarted: set[int], kind: str, chunk: int = 0
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
+        """The stage's flags (step only), infos and task descriptions from the shards' last replies.
+
+        When every shard sent the same layout (the usual case) their bytes are joined
+        and each field is read once for the whole stage.
+        """
+        shards = self._res.shards
+        descriptions = [d for s in shards for d in s.descriptions]
+        layout = shards[0].rec_layout
+        if not restarted and layout is not None and all(s.rec_layout is layout and not s.rec_others for s in shards):
+            arrays = layout.join([s.rec_raw for s in shards])
+            flags = {key[2:]: value for key, value in arrays.items() if key.startswith("f.")}
+            infos = {key[2:]: value for key, value in arrays.items() if key.startswith("i.")}
+            if self._fast_layouts.get(kind) is not layout:
+                self._fast_layouts[kind] = layout
+                self._info_templates[kind].update({key: (value.dtype, value.shape[1:]) for key, value in infos.items()})
+            infos["sim_restarted"] = np.zeros(self.num_envs, dtype=bool)
+            return flags, infos, descriptions
+        flags = {
+            "rewards": np.zeros((self.num_envs, chunk), dtype=np.float32),
+            "terminations": np.zeros((self.num_envs, chunk), dtype=bool),
+            "truncations": np.zeros((self.num_envs, chunk), dtype=bool),
+        }
+        parts: list[dict[str, Any]] = []
+        for shard in shards:
+            arrays = shard.rec_layout.unpack(shard.rec_raw) if shard.rec_layout is not None else {}
+            arrays.update(shard.rec_others)
+            parts.append({key[2:]: value for key, value in arrays.items() if key.startswith("i.")})
+            if shard.index in restarted:
+                flags["truncations"][shard.env_slice, -1:] = True
+            elif kind == "step":
+                for key in flags:
+                    flags[key][shard.env_slice] = arrays["f." + key]
+        return flags, self._merge_infos(parts, restarted, kind), descriptions
 
     def _merge_infos(self, infos: list[dict[str, Any]], restarted: set[int], kind: str) -> dict[str, np.ndarray]:
         templates = self._info_templates[kind]

@@ -4,7 +4,8 @@ Started by :class:`~envfleet.manager.ProcessEnvManager` as a fresh interpreter
 (``python -m envfleet.shard FD PARENT_PID``), so the simulator and its renderer
 are created here and nothing is inherited from the parent but a socket. Commands
 arrive over that socket; observations are written into the parent's shared
-memory; only small arrays travel back over the socket.
+memory; only small arrays travel back over the socket, as one byte string
+(:mod:`envfleet.wire`).
 
 The process exits when the parent goes away: a thread watches the parent pid and
 the socket reports EOF.
@@ -18,10 +19,11 @@ import sys
 import threading
 import time
 import traceback
-from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
+
+from .wire import ArrayPacker, Channel
 
 __all__ = ["main"]
 
@@ -50,35 +52,24 @@ def _write_obs(buffers: dict[str, np.ndarray], obs: dict[str, np.ndarray]) -> No
         np.copyto(dest, src)
 
 
-def pack_arrays(arrays: dict[str, Any]) -> tuple[list[tuple[str, str, tuple[int, ...], bytes]], dict[str, Any]]:
-    """Numeric arrays as (name, dtype, shape, raw bytes); the rest as they are.
-
-    Pickling a tuple of bytes is several times cheaper than pickling small numpy arrays,
-    and a chunk step returns a dozen of them per shard.
-    """
-    packed = []
-    others = {}
-    for key, value in arrays.items():
-        arr = np.asarray(value)
-        if arr.dtype.kind in "biuf":
-            packed.append((key, arr.dtype.str, arr.shape, arr.tobytes()))
-        else:
-            others[key] = value
-    return packed, others
-
-
-def unpack_arrays(packed: list[tuple[str, str, tuple[int, ...], bytes]], others: dict[str, Any]) -> dict[str, Any]:
-    """Inverse of :func:`pack_arrays` (arrays are read-only views of the received bytes)."""
-    out: dict[str, Any] = {key: np.frombuffer(raw, dtype=dtype).reshape(shape) for key, dtype, shape, raw in packed}
-    out.update(others)
-    return out
-
-
 class _Server:
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Channel) -> None:
         self.conn = conn
         self.env: Any = None
         self.mapping: Any = None
+        self.packer = ArrayPacker()
+        self.sent_descriptions: list[str] | None = None
+
+    def _reply(self, descriptions: Any, arrays: dict[str, Any]) -> tuple[Any, ...]:
+        # (fields or None, array bytes, others, descriptions or None): see envfleet.wire.
+        # The layout and the descriptions travel only when they change.
+        descriptions = list(descriptions)
+        if descriptions == self.sent_descriptions:
+            descriptions_out = None
+        else:
+            descriptions_out = self.sent_descriptions = descriptions
+        fields, raw, others = self.packer.pack(self.env.num_envs, arrays)
+        return fields, raw, others, descriptions_out
 
     def init(self, msg: dict[str, Any]) -> dict[str, Any]:
         from omegaconf import OmegaConf
@@ -118,25 +109,23 @@ class _Server:
             "pid": os.getpid(),
         }
 
-    def reset(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def reset(self, msg: dict[str, Any]) -> tuple[Any, ...]:
         result = self.env.reset_envs_to_state_ids(msg["state_ids"], msg["task_ids"])
         _write_obs(self.mapping.arrays, result.obs)
-        return {"task_descriptions": list(result.task_descriptions), "infos": pack_arrays(dict(result.infos))}
+        return self._reply(result.task_descriptions, {"i." + key: value for key, value in result.infos.items()})
 
-    def step(self, msg: dict[str, Any]) -> dict[str, Any]:
-        raw, shape = msg["actions"]
+    def step(self, msg: tuple[bytes, tuple[int, ...]]) -> tuple[Any, ...]:
+        raw, shape = msg
         result = self.env.chunk_step(np.frombuffer(raw, dtype=np.float32).reshape(shape))
         _write_obs(self.mapping.arrays, result.obs)
-        flags = {
-            "rewards": np.asarray(result.rewards, dtype=np.float32),
-            "terminations": np.asarray(result.terminations, dtype=bool),
-            "truncations": np.asarray(result.truncations, dtype=bool),
+        arrays = {
+            "f.rewards": np.asarray(result.rewards, dtype=np.float32),
+            "f.terminations": np.asarray(result.terminations, dtype=bool),
+            "f.truncations": np.asarray(result.truncations, dtype=bool),
         }
-        return {
-            "task_descriptions": list(result.task_descriptions),
-            "flags": pack_arrays(flags)[0],
-            "infos": pack_arrays(dict(result.infos)),
-        }
+        for key, value in result.infos.items():
+            arrays["i." + key] = value
+        return self._reply(result.task_descriptions, arrays)
 
     def get_state(self, msg: dict[str, Any]) -> Any:
         return self.env.get_state()
@@ -186,8 +175,10 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: ``python -m envfleet.shard FD PARENT_PID``."""
     args = sys.argv[1:] if argv is None else argv
     fd, parent_pid = int(args[0]), int(args[1])
+    if os.environ.get("ENVFLEET_SCHED_BATCH", "1") == "1":
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
-    conn = Connection(fd)
+    conn = Channel(fd)
     server = _Server(conn)
     try:
         server.serve()

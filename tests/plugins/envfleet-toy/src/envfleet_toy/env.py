@@ -8,6 +8,7 @@ sub-step); success is being within 0.1 of the goal.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -26,6 +27,7 @@ _COLORS = np.array(
     [(220, 40, 40), (40, 200, 60), (50, 80, 230), (230, 200, 40), (200, 60, 200), (40, 200, 200), (240, 140, 20), (120, 50, 170)],
     dtype=np.uint8,
 )
+_POINT = np.array([250, 250, 250], dtype=np.uint8)
 GOAL_RADIUS = 0.1
 SPEED = 0.05
 DEFAULT_MAX_EPISODE_STEPS = 50
@@ -47,6 +49,8 @@ class ToyEnv(Env):
         self.states_per_task = int(tc.states_per_task)
         self.step_cost_s = float(tc.step_cost_s)
         self.raise_on_step = int(tc.raise_on_step)
+        self.frozen = bool(tc.frozen)
+        self._frozen_result: ChunkStepResult | None = None
         self.render_all = cfg.render == "all"
         self._spec = observation_spec(cfg, self.num_envs)
         h, w = self._spec["full_image"].shape[:2]
@@ -70,6 +74,7 @@ class ToyEnv(Env):
         sy, sx = np.mgrid[-r : r + 1, -r : r + 1]
         self._disc = (sy**2 + sx**2) <= r * r
         self._r = r
+        self._box_r = max(r, 1) - 1  # the point is a filled square of side 2 * _box_r + 1
         self._closed = False
         self._bound = False
 
@@ -102,6 +107,7 @@ class ToyEnv(Env):
                     raise InvalidInputError(
                         f"env {i}: task id {int(task_ids[i])} does not match state id {int(state_ids[i])}, which belongs to task {int(tasks[i])}"
                     )
+        self._frozen_result = None
         for i, sid in enumerate(state_ids):
             self._reset_one(i, int(sid))
         self._render(np.arange(self.num_envs))
@@ -115,6 +121,8 @@ class ToyEnv(Env):
         if actions.ndim != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != self.action_dim:
             raise InvalidInputError(f"actions must have shape [{self.num_envs}, chunk, {self.action_dim}], got {list(actions.shape)}")
         chunk = actions.shape[1]
+        if self.frozen:
+            return self._frozen_step(chunk)
         t = self.tracker
         t.start_chunk(chunk)
         touched = np.zeros(self.num_envs, dtype=bool)
@@ -125,7 +133,8 @@ class ToyEnv(Env):
             if self.step_cost_s > 0 and idx.size:
                 _busy_wait(self.step_cost_s * idx.size)
             self.pos[idx] = np.clip(self.pos[idx] + SPEED * np.clip(actions[idx, k, :2], -1.0, 1.0), -1.0, 1.0)
-            success = np.linalg.norm(self.pos - self.goal, axis=1) < GOAL_RADIUS
+            d = self.pos - self.goal
+            success = d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1] < GOAL_RADIUS * GOAL_RADIUS
             t.record(k, live, success)
             if self.render_all and idx.size:
                 self._render(idx)
@@ -180,6 +189,23 @@ class ToyEnv(Env):
         self._closed = True
 
     # ------------------------------------------------------------------ internals
+    def _frozen_step(self, chunk: int) -> ChunkStepResult:
+        # train.toy.frozen: nothing moves, no reward, no flag; the same result every call. Like a
+        # trivial gymnasium env, it returns its own arrays (a copy of the reset's observations), which
+        # the shard copies into shared memory each step.
+        if self._frozen_result is None or self._frozen_result.rewards.shape[1] != chunk:
+            self.tracker.start_chunk(chunk)
+            flags = self.tracker.end_chunk()
+            self._frozen_result = ChunkStepResult(
+                obs={k: v.copy() for k, v in self.obs.items()},
+                task_descriptions=self._descriptions(),
+                rewards=flags.rewards,
+                terminations=flags.terminations,
+                truncations=flags.truncations,
+                infos=flags.infos,
+            )
+        return self._frozen_result
+
     def _reset_one(self, i: int, sid: int) -> None:
         rng = np.random.default_rng(sid)
         while True:
@@ -194,47 +220,48 @@ class ToyEnv(Env):
     def _descriptions(self) -> list[str]:
         return [self.task_description(int(t)) if t >= 0 else "" for t in self.tracker.task_ids]
 
-    def _to_px(self, xy: np.ndarray, center: np.ndarray, scale: float) -> tuple[int, int]:
-        px = (xy - center) * scale
-        col = int(round((px[0] + 1) * 0.5 * (self._w - 1)))
-        row = int(round((1 - (px[1] + 1) * 0.5) * (self._h - 1)))
+    def _to_px(self, x: float, y: float, cx: float, cy: float, scale: float) -> tuple[int, int]:
+        col = int(round(((x - cx) * scale + 1) * 0.5 * (self._w - 1)))
+        row = int(round((1 - ((y - cy) * scale + 1) * 0.5) * (self._h - 1)))
         return row, col
 
-    def _stamp(self, img: np.ndarray, row: int, col: int, mask: np.ndarray, color: np.ndarray) -> None:
-        r = mask.shape[0] // 2
-        r0, r1, c0, c1 = row - r, row + r + 1, col - r, col + r + 1
-        ir0, ir1, ic0, ic1 = max(r0, 0), min(r1, img.shape[0]), max(c0, 0), min(c1, img.shape[1])
+    def _stamp(self, img: np.ndarray, row: int, col: int, mask: np.ndarray | None, radius: int, color: Any) -> None:
+        # Paint the square of ``radius`` around (row, col), clipped to the image; only ``mask``'s pixels if given.
+        r0, r1, c0, c1 = row - radius, row + radius + 1, col - radius, col + radius + 1
+        ir0, ir1, ic0, ic1 = max(r0, 0), min(r1, self._h), max(c0, 0), min(c1, self._w)
         if ir0 >= ir1 or ic0 >= ic1:
             return
-        sub = mask[ir0 - r0 : ir1 - r0, ic0 - c0 : ic1 - c0]
-        img[ir0:ir1, ic0:ic1][sub] = color
+        if mask is None:
+            img[ir0:ir1, ic0:ic1] = color
+        else:
+            img[ir0:ir1, ic0:ic1][mask[ir0 - r0 : ir1 - r0, ic0 - c0 : ic1 - c0]] = color
 
-    def _draw(self, img: np.ndarray, i: int, center: np.ndarray, scale: float) -> None:
+    def _draw(
+        self,
+        img: np.ndarray,
+        color: np.ndarray,
+        goal: tuple[float, float],
+        point: tuple[float, float],
+        center: tuple[float, float],
+        scale: float,
+    ) -> None:
         img[...] = self._background
-        color = _COLORS[self.tracker.task_ids[i] % len(_COLORS)]
-        self._stamp(img, *self._to_px(self.goal[i], center, scale), self._disc, color)
-        box = np.ones((max(self._r, 1) * 2 - 1,) * 2, dtype=bool) if self._r > 1 else np.ones((1, 1), dtype=bool)
-        self._stamp(img, *self._to_px(self.pos[i], center, scale), box, np.array([250, 250, 250], dtype=np.uint8))
+        self._stamp(img, *self._to_px(*goal, *center, scale), self._disc, self._r, color)
+        self._stamp(img, *self._to_px(*point, *center, scale), None, self._box_r, _POINT)
 
     def _render(self, idx: np.ndarray) -> None:
-        zero = np.zeros(2)
-        for i in idx:
-            self._draw(self.obs["full_image"][i], int(i), zero, 1.0)
-            if "wrist_image" in self.obs:
+        wrist = self.obs.get("wrist_image")
+        for i in idx.tolist():
+            px, py = self.pos[i].tolist()
+            gx, gy = self.goal[i].tolist()
+            t = int(self.tracker.task_ids[i])
+            color = _COLORS[t % len(_COLORS)]
+            self._draw(self.obs["full_image"][i], color, (gx, gy), (px, py), (0.0, 0.0), 1.0)
+            if wrist is not None:
                 # A camera riding on the point: the goal seen from the point, twice as close.
-                self._draw(self.obs["wrist_image"][i], int(i), self.pos[i], 2.0)
-            d = self.goal[i] - self.pos[i]
-            t = self.tracker.task_ids[i]
-            self.obs["state"][i] = (
-                self.pos[i][0],
-                self.pos[i][1],
-                self.goal[i][0],
-                self.goal[i][1],
-                d[0],
-                d[1],
-                float(np.hypot(*d)),
-                float(t) / max(self.num_tasks, 1),
-            )
+                self._draw(wrist[i], color, (gx, gy), (px, py), (px, py), 2.0)
+            dx, dy = gx - px, gy - py
+            self.obs["state"][i] = (px, py, gx, gy, dx, dy, math.hypot(dx, dy), t / max(self.num_tasks, 1))
 
     def _copy_obs(self) -> dict[str, np.ndarray]:
         # Bound to shared memory, the arrays themselves are the result (the shard reads them there).

@@ -26,6 +26,7 @@ class ToyConfig:
     envs_per_process: int = 1  # envs that share one shard process
     raise_on_step: int = -1  # test hook: raise inside the N-th chunk_step (0-based); -1 never
     raise_in_constructor: bool = False  # test hook: raise while building the env
+    frozen: bool = False  # chunk_step simulates nothing and returns the reset's observations again: a zero-cost env (benchmarks)
 
 
 def observation_spec(cfg: Any, num_envs: int) -> ObservationSpec:

@@ -1,0 +1,181 @@
+"""The wire between a manager and its shards: framed pickles on a socket, small arrays as raw bytes.
+
+Two things make a call on many shards cheap:
+
+- :class:`Channel` sends one pickle per message with an 8-byte length in front, in
+  one ``write``, and reads a small message with one ``read`` (a
+  ``multiprocessing.Connection`` needs two reads and a pickler object per message).
+- :class:`ArrayPacker` sends the per-env arrays of a reply (rewards, flags,
+  infos) as one byte string, field after field. Shards of one stage share a
+  :class:`Layout`, so the parent joins the bytes of all shards and reads each
+  field of the whole stage with one strided copy (:meth:`Layout.join`) instead of
+  unpacking a dozen arrays per shard. The fields travel only when they change.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import select
+import struct
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Channel", "ArrayPacker", "Layout", "layout_of"]
+
+_HEADER = struct.Struct("!Q")
+_READ_SIZE = 1 << 16
+_SPLIT_WRITE = 1 << 16  # above this, the header and the body are written separately (no concatenation copy)
+
+Fields = tuple[tuple[str, str, tuple[int, ...]], ...]
+
+
+class Channel:
+    """One end of a socket carrying length-prefixed pickles. Blocking; one message at a time."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._poller = select.poll()
+        self._poller.register(fd, select.POLLIN)
+        self._pending = b""
+        self._closed = False
+
+    def fileno(self) -> int:
+        """The socket's file descriptor."""
+        return self.fd
+
+    def send(self, obj: Any) -> None:
+        """Pickle ``obj`` and write it. Raises ``OSError`` when the other end is gone."""
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        header = _HEADER.pack(len(data))
+        if len(data) <= _SPLIT_WRITE:
+            self._write_all(memoryview(header + data))
+        else:
+            self._write_all(memoryview(header))
+            self._write_all(memoryview(data))
+
+    def _write_all(self, view: memoryview) -> None:
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+
+    def poll(self, timeout: float) -> bool:
+        """Whether a message (or EOF) can be read within ``timeout`` seconds."""
+        if self._pending:
+            return True
+        return bool(self._poller.poll(max(0, math.ceil(timeout * 1000))))
+
+    def recv(self) -> Any:
+        """Read one message. Raises ``EOFError`` when the other end closed."""
+        buf: bytes | bytearray = self._pending or os.read(self.fd, _READ_SIZE)
+        if not buf:
+            raise EOFError("the other end closed the channel")
+        if len(buf) < _HEADER.size:
+            buf = self._read_more(bytearray(buf), _HEADER.size)
+        (size,) = _HEADER.unpack_from(buf)
+        end = _HEADER.size + size
+        if len(buf) < end:
+            buf = self._read_more(bytearray(buf), end)
+        self._pending = bytes(buf[end:])
+        return pickle.loads(memoryview(buf)[_HEADER.size : end])
+
+    def _read_more(self, buf: bytearray, need: int) -> bytearray:
+        while len(buf) < need:
+            more = os.read(self.fd, max(need - len(buf), _READ_SIZE))
+            if not more:
+                raise EOFError("the other end closed the channel in the middle of a message")
+            buf += more
+        return buf
+
+    def close(self) -> None:
+        """Close the socket. Safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            try:
+                self._poller.unregister(self.fd)
+            except (KeyError, ValueError):
+                pass
+            os.close(self.fd)
+
+
+class Layout:
+    """Where each array of a shard's reply sits in its bytes: field by field, each ``[num_envs, *shape]``."""
+
+    def __init__(self, fields: Fields, num_envs: int) -> None:
+        self.fields = fields
+        self.num_envs = num_envs
+        self.entries: list[tuple[str, np.dtype[Any], tuple[int, ...], int, int]] = []
+        offset = 0
+        for name, dtype_str, shape in fields:
+            dtype = np.dtype(dtype_str)
+            size = num_envs * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            self.entries.append((name, dtype, tuple(shape), offset, size))
+            offset += size
+        self.nbytes = offset
+
+    def unpack(self, raw: bytes) -> dict[str, np.ndarray]:
+        """One shard's bytes as ``{name: array}`` (writable copies)."""
+        buf = np.frombuffer(raw, dtype=np.uint8)
+        return {
+            name: buf[offset : offset + size].view(dtype).reshape(self.num_envs, *shape).copy()
+            for name, dtype, shape, offset, size in self.entries
+        }
+
+    def join(self, raws: list[bytes]) -> dict[str, np.ndarray]:
+        """The bytes of several shards with this layout, in order, as ``{name: array}`` over all their envs (writable copies)."""
+        buf = np.frombuffer(b"".join(raws), dtype=np.uint8).reshape(len(raws), self.nbytes)
+        total = len(raws) * self.num_envs
+        return {
+            name: buf[:, offset : offset + size].copy().view(dtype).reshape(total, *shape)
+            for name, dtype, shape, offset, size in self.entries
+        }
+
+
+_LAYOUTS: dict[tuple[Fields, int], Layout] = {}
+
+
+def layout_of(fields: Fields, num_envs: int) -> Layout:
+    """The (cached) :class:`Layout` of ``fields`` for ``num_envs`` envs: equal layouts are the same object."""
+    key = (fields, num_envs)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = _LAYOUTS[key] = Layout(fields, num_envs)
+    return layout
+
+
+class ArrayPacker:
+    """Shard side: the per-env arrays of a reply (rewards, flags, infos) as one byte string.
+
+    :meth:`pack` returns ``(fields or None, bytes, others)``: ``fields`` ((name,
+    dtype, per-env shape) of each array, in order) only when they differ from the
+    ones sent last; ``others`` holds what is not a numeric array with one row per
+    env (strings, scalars), to be pickled as is.
+    """
+
+    def __init__(self) -> None:
+        self._sent: tuple[tuple[str, np.dtype[Any], tuple[int, ...]], ...] | None = None
+
+    def pack(self, num_envs: int, arrays: dict[str, Any]) -> tuple[Fields | None, bytes, dict[str, Any]]:
+        """Pack ``arrays`` (name -> value) of ``num_envs`` envs."""
+        signature = []
+        raws = []
+        others: dict[str, Any] = {}
+        for name, value in arrays.items():
+            arr = value if type(value) is np.ndarray else np.asarray(value)
+            if arr.dtype.kind in "biuf" and arr.ndim and arr.shape[0] == num_envs:
+                signature.append((name, arr.dtype, arr.shape))
+                raws.append(arr.tobytes())
+            else:
+                others[name] = value
+        key = tuple(signature)
+        fields = None
+        if key != self._sent:
+            self._sent = key
+            fields = tuple((name, dtype.str, shape[1:]) for name, dtype, shape in key)
+        return fields, b"".join(raws), others
+
+    def forget(self) -> None:
+        """Send the fields with the next reply again."""
+        self._sent = None
