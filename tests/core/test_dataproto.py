@@ -157,11 +157,39 @@ def test_pickle_keeps_dtypes_including_ones_numpy_lacks() -> None:
 
 
 def test_unpickled_tensors_are_writable_even_from_read_only_buffers() -> None:
-    d = DataProto.from_dict({"img": torch.zeros(2, 4, 4, 3, dtype=torch.uint8)})
+    d = DataProto.from_dict({"img": torch.zeros(8, 256, 256, 3, dtype=torch.uint8)})  # big enough to travel out of band
     state = d.__getstate__()
+    assert list(state["tensors"]) == ["img"]
     for value in state["tensors"].values():
         value.flags.writeable = False  # what Ray's zero-copy deserialization hands out
     back = DataProto.__new__(DataProto)
     back.__setstate__(state)
     back.batch["img"] += 1  # a trainer normalizing in place must not fail
-    assert int(back.batch["img"].sum()) == 2 * 4 * 4 * 3
+    assert int(back.batch["img"].sum()) == 8 * 256 * 256 * 3
+
+
+def test_small_arrays_travel_in_one_in_band_buffer() -> None:
+    # Through Ray (pickle protocol 5 with a buffer callback) every numpy array would be an
+    # out-of-band buffer with its own cost; small ones are packed into one byte string.
+    small = {f"info{i}": torch.arange(4, dtype=torch.int64) * i for i in range(10)}
+    small["flags"] = torch.tensor([[True, False]] * 4)
+    small["strided"] = torch.arange(24, dtype=torch.float32).reshape(4, 6)[:, ::2]  # not contiguous
+    big = torch.arange(4 * 300_000, dtype=torch.float32).reshape(4, 300_000)  # 4.8 MB: out of band
+    d = DataProto.from_dict(
+        {**small, "big": big},
+        {"actions": np.ones((4, 8, 7), np.float32), "name": np.array(list("abcd"), dtype=object)},
+        {"stage_id": 1},
+    )
+    buffers: list[pickle.PickleBuffer] = []
+    blob = pickle.dumps(d, protocol=5, buffer_callback=buffers.append)
+    assert len(buffers) == 1  # only "big"
+    back = pickle.loads(blob, buffers=buffers)
+    assert list(back.batch.keys()) == list(d.batch.keys())
+    assert list(back.non_tensor_batch) == ["actions", "name"]
+    for key, value in d.batch.items():
+        assert back.batch[key].dtype == value.dtype and torch.equal(back.batch[key], value), key
+    assert np.array_equal(back.non_tensor_batch["actions"], d.non_tensor_batch["actions"])
+    assert back.non_tensor_batch["name"].tolist() == ["a", "b", "c", "d"]
+    back.batch["info3"] += 1  # writable
+    back.non_tensor_batch["actions"][0, 0, 0] = 5.0
+    assert back.batch["info3"].tolist() == [1, 4, 7, 10] and d.batch["info3"].tolist() == [0, 3, 6, 9]

@@ -20,6 +20,8 @@ objects per element, so pickling through Ray costs a memcpy per array.
 from __future__ import annotations
 
 import copy
+import math
+import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,50 +71,130 @@ class DataProtoItem:
     meta_info: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
 class DataProto:
-    """A batch of tensors, non-tensor arrays and meta information. See the module doc."""
+    """A batch of tensors, non-tensor arrays and meta information. See the module doc.
 
-    batch: TensorDict | None = None
-    non_tensor_batch: dict[str, np.ndarray] = field(default_factory=dict)
-    meta_info: dict[str, Any] = field(default_factory=dict)
+    ``DataProto(batch=None, non_tensor_batch=None, meta_info=None)``, as verl's.
+    A DataProto made by :meth:`from_arrays` or unpickled holds its numeric columns
+    as arrays and builds ``batch`` (a TensorDict over the same memory) the first
+    time it is read, so one that only passes through (a Ray actor's return value)
+    never pays for it.
+    """
 
-    def __post_init__(self) -> None:
-        self.non_tensor_batch = {k: _as_numpy(k, v) for k, v in self.non_tensor_batch.items()}
+    def __init__(
+        self,
+        batch: TensorDict | None = None,
+        non_tensor_batch: Mapping[str, Any] | None = None,
+        meta_info: dict[str, Any] | None = None,
+    ) -> None:
+        self._batch = batch
+        self._lazy: tuple[dict[str, Any], int] | None = None
+        self.non_tensor_batch: dict[str, np.ndarray] = {k: _as_numpy(k, v) for k, v in (non_tensor_batch or {}).items()}
+        self.meta_info: dict[str, Any] = {} if meta_info is None else meta_info
         self.check_consistency()
+
+    @property
+    def batch(self) -> TensorDict | None:
+        """The tensors, a :class:`tensordict.TensorDict` with one batch dimension (or None)."""
+        if self._lazy is not None:
+            columns, size = self._lazy
+            self._lazy = None
+            self._batch = TensorDict(
+                {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()}, batch_size=[size]
+            )
+        return self._batch
+
+    @batch.setter
+    def batch(self, value: TensorDict | None) -> None:
+        """Replace the tensors."""
+        self._lazy = None
+        self._batch = value
+
+    def _columns(self) -> tuple[dict[str, Any], int | None]:
+        """The tensor columns (numpy arrays or tensors) and the batch size, without building the TensorDict."""
+        if self._lazy is not None:
+            return self._lazy
+        if self._batch is None:
+            return {}, None
+        return dict(self._batch.items()), int(self._batch.batch_size[0])
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:
-        # A TensorDict pickles its metadata key by key, which costs milliseconds for a
-        # dozen small tensors; numpy arrays pickle as raw buffers (out of band with
-        # protocol 5, which Ray uses). Tensors that numpy cannot hold stay tensors.
-        tensors: dict[str, Any] = {}
-        if self.batch is not None:
-            for key in _keys(self.batch):
-                value = self.batch[key]
-                if isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dtype in _NUMPY_SAFE:
-                    tensors[key] = value.detach().contiguous().numpy()
-                else:
-                    tensors[key] = value
+        # A TensorDict pickles its metadata key by key (milliseconds for a dozen small
+        # tensors), and through Ray every numpy array becomes an out-of-band buffer with
+        # its own bookkeeping (about 0.1 ms each here). So the numeric arrays below
+        # _PACK_LIMIT bytes, tensors and numeric non-tensors alike, travel as one byte
+        # string; bigger ones stay numpy arrays (out of band: no copy into the pickle).
+        tensors, batch_size = self._columns()
+        packed: list[tuple[str, str, str, tuple[int, ...], int]] = []
+        pieces: list[bytes] = []
+        offset = 0
+        big_tensors: dict[str, Any] = {}
+        for key, value in tensors.items():
+            if isinstance(value, np.ndarray) or (
+                isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dtype in _NUMPY_SAFE
+            ):
+                arr = value if isinstance(value, np.ndarray) else value.detach().numpy()
+                if arr.nbytes < _PACK_LIMIT:
+                    offset = _append_piece(pieces, offset, arr)
+                    packed.append(("t", key, arr.dtype.str, arr.shape, offset - arr.nbytes))
+                    continue
+                big_tensors[key] = np.ascontiguousarray(arr)
+            else:
+                big_tensors[key] = value
+        non_tensors: dict[str, Any] = {}
+        for key, arr in self.non_tensor_batch.items():
+            if arr.dtype.kind in "biufc" and arr.nbytes < _PACK_LIMIT:
+                offset = _append_piece(pieces, offset, arr)
+                packed.append(("n", key, arr.dtype.str, arr.shape, offset - arr.nbytes))
+            else:
+                non_tensors[key] = arr
         return {
-            "tensors": tensors,
-            "batch_size": None if self.batch is None else int(self.batch.batch_size[0]),
-            "non_tensor_batch": self.non_tensor_batch,
+            "packed": packed,
+            "blob": b"".join(pieces),
+            "tensors": big_tensors,
+            "order": list(tensors),
+            "batch_size": batch_size,
+            "non_tensor_batch": non_tensors,
+            "non_tensor_order": list(self.non_tensor_batch),
             "meta_info": self.meta_info,
         }
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Ray pickles with cloudpickle, whose Python-level hooks visit every object in the
+        # state; the C pickler does the small part in one call, and Ray only sees one byte
+        # string plus the big arrays (which it sends out of band without a copy).
+        state = self.__getstate__()
+        big_tensors = state.pop("tensors")
+        rest = state.pop("non_tensor_batch")  # big numeric arrays and object arrays (strings)
+        big_non_tensors = {k: v for k, v in rest.items() if v.dtype.kind in "biufc"}
+        state["non_tensor_batch"] = {k: v for k, v in rest.items() if k not in big_non_tensors}
+        try:
+            inner = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # something in meta_info or an object array only cloudpickle handles
+            state["tensors"] = big_tensors
+            state["non_tensor_batch"] = rest
+            return (_rebuild_dataproto, (None, state, {}))
+        return (_rebuild_dataproto, (inner, big_tensors, big_non_tensors))
+
     def __setstate__(self, state: dict[str, Any]) -> None:
-        batch = None
-        if state["batch_size"] is not None:
+        # One writable copy of the packed bytes; every packed array is a view of it.
+        blob = bytearray(state["blob"])
+        tensors: dict[str, Any] = {}
+        non_tensors: dict[str, Any] = {}
+        for kind, key, dtype, shape, offset in state["packed"]:
+            arr = np.frombuffer(blob, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape)
+            (tensors if kind == "t" else non_tensors)[key] = arr
+        for key, value in state["tensors"].items():
             # Ray hands out read-only zero-copy arrays from its object store; a tensor over one
             # would fail (or corrupt the store) when a trainer writes into it, so those are copied.
-            tensors = {
-                k: torch.from_numpy(v if v.flags.writeable else v.copy()) if isinstance(v, np.ndarray) else v
-                for k, v in state["tensors"].items()
-            }
-            batch = TensorDict(tensors, batch_size=[state["batch_size"]])
-        self.batch = batch
-        self.non_tensor_batch = state["non_tensor_batch"]
+            tensors[key] = value.copy() if isinstance(value, np.ndarray) and not value.flags.writeable else value
+        non_tensors.update(state["non_tensor_batch"])
+        self._batch = None
+        self._lazy = None
+        if state["batch_size"] is not None:
+            self._lazy = ({k: tensors[k] for k in state["order"]}, state["batch_size"])
+        self.non_tensor_batch = {k: non_tensors[k] for k in state["non_tensor_order"]}
         self.meta_info = state["meta_info"]
 
     # ------------------------------------------------------------------ building
@@ -137,6 +219,31 @@ class DataProto:
                     raise TypeError(f"tensors[{key!r}] must be a torch.Tensor, got {type(value).__name__}")
             batch = TensorDict(tensors, batch_size=[size])
         return cls(batch=batch, non_tensor_batch=non_tensors, meta_info=dict(meta_info or {}))
+
+    @classmethod
+    def from_arrays(
+        cls,
+        arrays: Mapping[str, Any],
+        non_tensors: Mapping[str, Any] | None = None,
+        meta_info: Mapping[str, Any] | None = None,
+    ) -> DataProto:
+        """Build from numpy arrays (or tensors) that become ``batch``, sharing their memory.
+
+        The TensorDict is built when ``batch`` is first read; until then pickling (a
+        Ray return value) reads the arrays directly.
+        """
+        columns = dict(arrays)
+        non_tensor = {k: _as_numpy(k, v) for k, v in (non_tensors or {}).items()}
+        for key, value in columns.items():
+            if not isinstance(value, (np.ndarray, torch.Tensor)):
+                raise TypeError(f"arrays[{key!r}] must be a numpy array or a torch.Tensor, got {type(value).__name__}")
+            if isinstance(value, np.ndarray) and value.dtype.kind not in "biufc":
+                raise TypeError(f"arrays[{key!r}] must be numeric to become a tensor, got dtype {value.dtype}")
+        size = _common_size(columns, non_tensor)
+        data = cls(non_tensor_batch=non_tensor, meta_info=dict(meta_info or {}))
+        if columns:
+            data._lazy = (columns, size)
+        return data
 
     @classmethod
     def from_single_dict(cls, data: Mapping[str, Any], meta_info: Mapping[str, Any] | None = None) -> DataProto:
@@ -165,12 +272,14 @@ class DataProto:
     # ------------------------------------------------------------------ checks
     def check_consistency(self) -> None:
         """Raise ``ValueError`` naming the key when arrays disagree on the batch size."""
-        if self.batch is not None and len(self.batch.batch_size) != 1:
-            raise ValueError(f"DataProto.batch must have one batch dimension, got batch_size={list(self.batch.batch_size)}")
-        tensors = {} if self.batch is None else {k: self.batch[k] for k in _keys(self.batch)}
-        _common_size(tensors, self.non_tensor_batch, batch_size=None if self.batch is None else int(self.batch.batch_size[0]))
+        if self._batch is not None and len(self._batch.batch_size) != 1:
+            raise ValueError(f"DataProto.batch must have one batch dimension, got batch_size={list(self._batch.batch_size)}")
+        tensors, size = self._columns()
+        _common_size(tensors, self.non_tensor_batch, batch_size=size)
 
     def __len__(self) -> int:
+        if self._lazy is not None:
+            return self._lazy[1]
         if self.batch is not None:
             return int(self.batch.batch_size[0])
         for value in self.non_tensor_batch.values():
@@ -299,22 +408,31 @@ class DataProto:
                 if key in meta and not _values_equal(meta[key], value):
                     raise ValueError(f"concat: meta_info[{key!r}] disagrees: {meta[key]!r} (earlier parts) vs {value!r} (part {i})")
                 meta.setdefault(key, value)
-        has_batch = [p.batch is not None for p in data]
+        columns = [p._columns() for p in data]
+        has_batch = [size is not None for _, size in columns]
         if any(has_batch) and not all(has_batch):
             raise ValueError("concat: some parts have tensors and some do not")
-        batch: TensorDict | None = None
+        merged: dict[str, Any] = {}
         if all(has_batch):
-            keys = set(data[0].batch.keys())  # type: ignore[union-attr]
-            for i, part in enumerate(data[1:], 1):
-                if set(part.batch.keys()) != keys:  # type: ignore[union-attr]
-                    raise ValueError(f"concat: part {i} has tensor keys {sorted(part.batch.keys())}, part 0 has {sorted(keys)}")  # type: ignore[union-attr]
-            batch = torch.cat([p.batch for p in data], dim=0)  # type: ignore[misc,assignment]
+            keys = list(columns[0][0])
+            for i, (part_columns, _) in enumerate(columns[1:], 1):
+                if set(part_columns) != set(keys):
+                    raise ValueError(f"concat: part {i} has tensor keys {sorted(part_columns)}, part 0 has {sorted(keys)}")
+            for key in keys:
+                values = [part_columns[key] for part_columns, _ in columns]
+                if all(isinstance(v, np.ndarray) for v in values):
+                    merged[key] = np.concatenate(values, axis=0)
+                else:
+                    merged[key] = torch.cat([torch.from_numpy(v) if isinstance(v, np.ndarray) else v for v in values], dim=0)
         nt_keys = set(data[0].non_tensor_batch)
         for i, part in enumerate(data[1:], 1):
             if set(part.non_tensor_batch) != nt_keys:
                 raise ValueError(f"concat: part {i} has non-tensor keys {sorted(part.non_tensor_batch)}, part 0 has {sorted(nt_keys)}")
         non_tensor = {k: np.concatenate([p.non_tensor_batch[k] for p in data], axis=0) for k in data[0].non_tensor_batch}
-        return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+        out = DataProto(non_tensor_batch=non_tensor, meta_info=meta)
+        if all(has_batch):
+            out._lazy = (merged, sum(size for _, size in columns if size is not None))
+        return out
 
     def chunk(self, chunks: int) -> list[DataProto]:
         """Split into ``chunks`` equal parts; the length must divide evenly."""
@@ -360,6 +478,33 @@ def _common_size(tensors: Mapping[str, torch.Tensor], non_tensors: Mapping[str, 
             elif n != size:
                 raise ValueError(f"batch size mismatch: {kind} {key!r} has {n} rows, {first_key!r} has {size}")
     return 0 if size is None else size
+
+
+def _rebuild_dataproto(inner: bytes | None, tensors: dict[str, Any], non_tensors: dict[str, Any]) -> DataProto:
+    """Inverse of :meth:`DataProto.__reduce__`."""
+    if inner is None:
+        state = tensors
+    else:
+        state = pickle.loads(inner)
+        state["tensors"] = tensors
+        state["non_tensor_batch"].update(non_tensors)
+    data = DataProto.__new__(DataProto)
+    data.__setstate__(state)
+    return data
+
+
+_PACK_LIMIT = 1 << 20  # arrays below this many bytes are pickled inside one shared byte string
+_PACK_ALIGN = 64
+
+
+def _append_piece(pieces: list[bytes], offset: int, arr: np.ndarray) -> int:
+    """Append ``arr``'s bytes at an aligned offset; return the offset after them."""
+    pad = -offset % _PACK_ALIGN
+    if pad:
+        pieces.append(b"\0" * pad)
+        offset += pad
+    pieces.append(arr.tobytes())
+    return offset + arr.nbytes
 
 
 _NUMPY_SAFE = {

@@ -235,7 +235,7 @@ class EnvWorkerGroup:
                 f"{self.num_workers} * {self.stage_num} * {self.num_envs} = {expected}"
             )
         mode = str(data.meta_info.get("mode", "train"))
-        parts = data.chunk(self.num_workers)
+        parts = [data] if self.num_workers == 1 else data.chunk(self.num_workers)
         refs = [w.reset_envs_to_state_ids.remote(p) for w, p in zip(self.workers, parts)]
 
         def on_dead(rank: int, exc: BaseException) -> DataProto:
@@ -260,7 +260,7 @@ class EnvWorkerGroup:
         stage = data.meta_info["stage_id"]
         mode = str(data.meta_info.get("mode", "train"))
         chunk = int(self.cfg.actor.model.num_action_chunks)
-        parts = data.chunk(self.num_workers)
+        parts = [data] if self.num_workers == 1 else data.chunk(self.num_workers)
         refs = [w.env_interact_step.remote(p) for w, p in zip(self.workers, parts)]
 
         def on_dead(rank: int, exc: BaseException) -> DataProto:
@@ -296,6 +296,8 @@ class EnvWorkerGroup:
 
 def concat_harmonized(parts: Sequence[DataProto]) -> DataProto:
     """Concatenate step results; keys missing from a part (a rebuilt worker) are filled with zeros / -1."""
+    if len(parts) == 1:
+        return parts[0]
     tensor_keys: dict[str, Any] = {}
     nt_keys: dict[str, Any] = {}
     for p in parts:

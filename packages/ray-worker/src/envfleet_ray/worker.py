@@ -53,10 +53,12 @@ def put_tensor_cpu(d: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _to_tensor(value: Any) -> torch.Tensor:
+def _as_column(value: Any) -> Any:
+    # A numpy array stays one (the DataProto makes it a tensor over the same memory when
+    # .batch is read); a tensor is moved to CPU.
     if isinstance(value, torch.Tensor):
-        return value
-    return torch.from_numpy(np.ascontiguousarray(value))
+        return value.detach().cpu().contiguous()
+    return np.ascontiguousarray(value)
 
 
 def create_env_batch_dataproto(
@@ -73,27 +75,28 @@ def create_env_batch_dataproto(
     ``terminations``, ``truncations`` and every numeric info; non-tensors:
     ``task_descriptions`` (from ``obs["task_descriptions"]``) and every non-numeric
     info. An info whose name clashes with those is stored as ``info_<name>``.
+    Numpy inputs are not copied: the tensors share their memory.
     """
-    tensors: dict[str, torch.Tensor] = {}
+    tensors: dict[str, Any] = {}
     non_tensors: dict[str, Any] = {}
     for key in OBS_KEYS:
         if key in obs and obs[key] is not None:
-            tensors[key] = _to_tensor(obs[key])
+            tensors[key] = _as_column(obs[key])
     if "task_descriptions" in obs:
         descriptions = np.empty(len(obs["task_descriptions"]), dtype=object)
         descriptions[:] = list(obs["task_descriptions"])
         non_tensors["task_descriptions"] = descriptions
-    tensors["rews"] = _to_tensor(rews)
-    tensors["terminations"] = _to_tensor(terminations)
-    tensors["truncations"] = _to_tensor(truncations)
+    tensors["rews"] = _as_column(rews)
+    tensors["terminations"] = _as_column(terminations)
+    tensors["truncations"] = _as_column(truncations)
     for key, value in (infos or {}).items():
         name = f"info_{key}" if key in _RESERVED else key
         arr = value if isinstance(value, torch.Tensor) else np.asarray(value)
         if isinstance(arr, torch.Tensor) or arr.dtype.kind in "biuf":
-            tensors[name] = _to_tensor(arr)
+            tensors[name] = _as_column(arr)
         else:
             non_tensors[name] = arr
-    return DataProto.from_dict(put_tensor_cpu(tensors), non_tensors, dict(meta or {}))
+    return DataProto.from_arrays(tensors, non_tensors, dict(meta or {}))
 
 
 class _Metrics:
