@@ -193,3 +193,23 @@ def test_small_arrays_travel_in_one_in_band_buffer() -> None:
     back.batch["info3"] += 1  # writable
     back.non_tensor_batch["actions"][0, 0, 0] = 5.0
     assert back.batch["info3"].tolist() == [1, 4, 7, 10] and d.batch["info3"].tolist() == [0, 3, 6, 9]
+
+
+def test_from_arrays_shares_memory_and_builds_the_batch_on_first_use() -> None:
+    img = np.zeros((3, 4, 4, 3), np.uint8)
+    d = DataProto.from_arrays({"img": img, "r": np.ones((3, 2), np.float32)}, {"s": ["a", "b", "c"]}, {"k": 1})
+    assert len(d) == 3 and d._batch is None  # nothing built yet
+    back = pickle.loads(pickle.dumps(d, protocol=5))
+    assert back._batch is None and len(back) == 3
+    assert torch.equal(back.batch["r"], torch.ones(3, 2)) and back.non_tensor_batch["s"].tolist() == ["a", "b", "c"]
+    d.batch["img"] += 7  # the tensor is the array's memory
+    assert int(img.sum()) == 7 * img.size
+    with pytest.raises(ValueError, match="batch size mismatch"):
+        DataProto.from_arrays({"a": np.zeros(3), "b": np.zeros(4)})
+
+
+def test_concat_of_unbuilt_parts() -> None:
+    parts = [DataProto.from_arrays({"x": np.full((2, 2), i, np.int64)}, {"s": [f"{i}a", f"{i}b"]}, {"m": 0}) for i in range(3)]
+    out = DataProto.concat(parts)
+    assert len(out) == 6 and out.batch["x"][:, 0].tolist() == [0, 0, 1, 1, 2, 2]
+    assert out.non_tensor_batch["s"].tolist() == ["0a", "0b", "1a", "1b", "2a", "2b"]

@@ -270,3 +270,44 @@ def test_no_leak_after_parent_sigkill() -> None:
         assert not parent_segments(), "shared memory outlived its owner"
     finally:
         parent.kill()
+
+
+def test_results_are_never_overwritten_while_held(manager) -> None:
+    # The manager recycles result arrays (see concepts.md), but only ones nobody holds.
+    manager.reset_envs_to_state_ids(np.arange(4))
+    first = manager.chunk_step(actions(seed=1))
+    kept = {k: v.copy() for k, v in first.obs.items()}
+    view = first.obs["full_image"][1:]  # a view also keeps its array out of the pool
+    tensor = torch.from_numpy(first.obs["state"])  # and so does a tensor made from it
+    second = manager.chunk_step(actions(seed=2))
+    third = manager.chunk_step(actions(seed=3))
+    for key, value in kept.items():
+        assert np.array_equal(first.obs[key], value), key
+    assert not np.array_equal(second.obs["state"], first.obs["state"])  # the env did move
+    assert np.array_equal(view, kept["full_image"][1:]) and np.array_equal(tensor.numpy(), kept["state"])
+    for result in (second, third):
+        for key in first.obs:
+            assert not np.shares_memory(result.obs[key], first.obs[key]), key
+    assert not np.shares_memory(second.obs["full_image"], third.obs["full_image"])
+
+
+def test_dropped_results_are_recycled(manager) -> None:
+    manager.reset_envs_to_state_ids(np.arange(4))
+    addresses = set()
+    for seed in range(6):
+        result = manager.chunk_step(actions(seed=seed))
+        addresses.add(result.obs["full_image"].ctypes.data)
+        del result
+    assert len(addresses) <= 2  # the same memory comes back instead of new pages each call
+
+
+def test_shards_of_different_sizes_merge_by_the_slow_path(no_leaks) -> None:
+    # 5 envs, 2 per process: the last shard has one env, so the shards' byte layouts differ.
+    mgr = ProcessEnvManager(make_cfg(num_envs=5, envs_per_process=2))
+    with mgr:
+        mgr.reset_envs_to_state_ids(np.arange(5))
+        out = mgr.chunk_step(actions(n=5))
+        assert [s.num_envs for s in mgr.shards] == [2, 2, 1]
+        assert out.rewards.shape == (5, 4) and out.rewards.dtype == np.float32
+        assert out.infos["state_id"].tolist() == [0, 1, 2, 3, 4]
+        assert out.infos["episode_length"].tolist() == [4] * 5 and out.infos["sim_restarted"].tolist() == [False] * 5
