@@ -178,7 +178,10 @@ def bench_worker() -> None:
 
     _ray()
     rows = []
-    cases: list[tuple[str, Any, int]] = [("toy, zero cost, 2 envs, 64x64, chunk 8", _toy_cfg(2, 64, chunk=8), 200)]
+    cases: list[tuple[str, Any, int]] = [
+        ("toy, zero cost (toy.frozen), 2 envs, 64x64, chunk 8", _toy_cfg(2, 64, chunk=8, **{"toy.frozen": True}), 300),
+        ("toy drawing every sub-step (step_cost_s=0), 2 envs, 64x64, chunk 8", _toy_cfg(2, 64, chunk=8), 200),
+    ]
     if _libero_installed():
         cases.append(("LIBERO spatial, 2 envs, 128x128, chunk 8, render last", _libero_cfg(2, 128, "last", stages=1), 6))
     for label, cfg, repeat in cases:

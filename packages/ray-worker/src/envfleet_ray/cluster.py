@@ -5,13 +5,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["init_ray", "LOOPBACK"]
+__all__ = ["init_ray", "LOOPBACK", "DIRECT_CALL_BYTES"]
 
 LOOPBACK = "127.0.0.1"
+DIRECT_CALL_BYTES = 1 << 20  # results up to this size skip the object store on a local Ray
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None, **kwargs: Any) -> dict[str, Any]:
     """Join ``address`` (or ``$RAY_ADDRESS``); with neither, start a local Ray on 127.0.0.1 only.
+
+    A local Ray also returns results up to :data:`DIRECT_CALL_BYTES` directly instead
+    of through the object store (on a cluster you start yourself, set
+    ``RAY_max_direct_call_object_size`` the same way).
 
     Returns ``{"address": ..., "local": bool}``. Does nothing if Ray is already up.
     """
@@ -34,7 +39,14 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, **kwargs: 
 
     ray_constants.ENABLE_RAY_CLUSTER = False
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local only: no token file in ~/.ray
+    # A step's DataProto (a few hundred KB with images) then travels straight from the
+    # worker to the driver instead of through the object store, which costs the raylet
+    # and both ends CPU that the simulators need (measured: +7.7% -> +5.8% on an 80 ms
+    # step of 2 envs on 2 cores). Ray's default is 100 KiB.
+    system_config = dict(kwargs.pop("_system_config", None) or {})
+    system_config.setdefault("max_direct_call_object_size", DIRECT_CALL_BYTES)
     ray.init(
+        _system_config=system_config,
         num_cpus=num_cpus,
         include_dashboard=False,
         _node_ip_address=LOOPBACK,
