@@ -42,16 +42,23 @@ def test_eof_is_reported(pair) -> None:
 
 def test_packer_sends_the_layout_only_when_it_changes() -> None:
     packer = ArrayPacker()
-    arrays = {"f.rewards": np.zeros((2, 3), np.float32), "i.task_id": np.array([4, 5]), "i.note": "text", "i.scalar": np.float32(1)}
-    fields, raw, others = packer.pack(2, arrays)
-    assert fields == (("f.rewards", "<f4", (3,)), ("i.task_id", "<i8", ()))
-    assert others == {"i.note": "text", "i.scalar": np.float32(1)}
-    assert packer.pack(2, arrays)[0] is None  # same layout: not sent again
-    assert packer.pack(2, {**arrays, "i.task_id": np.array([4.0, 5.0])})[0] is not None  # dtype changed
+    flags = (np.zeros((2, 3), np.float32), np.zeros((2, 3), bool), np.ones((2, 3), bool))
+    infos = {"task_id": np.array([4, 5]), "note": "text", "scalar": np.float32(1)}
+    fields, raw, others = packer.pack(2, infos, flags)
+    assert fields == (
+        ("f.rewards", "<f4", (3,)),
+        ("f.terminations", "|b1", (3,)),
+        ("f.truncations", "|b1", (3,)),
+        ("i.task_id", "<i8", ()),
+    )
+    assert others == {"note": "text", "scalar": np.float32(1)}
+    assert packer.pack(2, infos, flags)[0] is None  # same layout: not sent again
+    assert packer.pack(2, {**infos, "task_id": np.array([4.0, 5.0])}, flags)[0] is not None  # dtype changed
+    assert packer.pack(2, infos)[0] == (("i.task_id", "<i8", ()),)  # a reset: no flags
     layout = layout_of(fields, 2)
     assert layout is layout_of(fields, 2)
     back = layout.unpack(raw)
-    assert back["i.task_id"].tolist() == [4, 5] and back["f.rewards"].shape == (2, 3)
+    assert back["i.task_id"].tolist() == [4, 5] and back["f.rewards"].shape == (2, 3) and back["f.truncations"].all()
 
 
 def test_join_equals_concatenating_each_shard() -> None:
@@ -71,7 +78,7 @@ def test_join_equals_concatenating_each_shard() -> None:
         parts.append(arrays)
     joined = layout.join(raws)
     for key in ("a", "b", "c"):
-        assert np.array_equal(joined[key], np.concatenate([p[key] for p in parts]))
-        assert joined[key].flags.writeable and joined[key].flags.c_contiguous
+        assert np.array_equal(joined["i." + key], np.concatenate([p[key] for p in parts]))
+        assert joined["i." + key].flags.writeable and joined["i." + key].flags.c_contiguous
     single = layout.join(raws[:1])
-    assert single["b"].flags.writeable  # a one-shard join is a copy too, not a view of the bytes
+    assert single["i.b"].flags.writeable  # a one-shard join is a copy too, not a view of the bytes

@@ -35,6 +35,16 @@ def _watch_parent(parent_pid: int) -> None:
         time.sleep(0.2)
 
 
+_F32 = np.dtype(np.float32)
+_BOOL = np.dtype(bool)
+
+
+def _as(value: Any, dtype: np.dtype[Any]) -> np.ndarray:
+    if type(value) is np.ndarray and value.dtype is dtype:
+        return value
+    return np.asarray(value, dtype=dtype)
+
+
 def _batch_scheduling() -> None:
     # A simulator is a CPU-bound batch job: under SCHED_BATCH the kernel does not let a
     # shard that the manager just woke preempt the manager, which goes on sending to the
@@ -54,12 +64,12 @@ def _write_obs(buffers: dict[str, np.ndarray], obs: dict[str, np.ndarray]) -> No
         src = obs[key]
         if src is dest:
             continue  # the env drew straight into shared memory
-        if src.shape != dest.shape or src.dtype != dest.dtype:
+        if src.shape != dest.shape or (src.dtype is not dest.dtype and src.dtype != dest.dtype):
             raise RuntimeError(
                 f"observation {key!r}: the env returned {src.dtype}{list(src.shape)}, "
                 f"the observation_spec promised {dest.dtype}{list(dest.shape)}"
             )
-        np.copyto(dest, src)
+        dest[...] = src
 
 
 class _Server:
@@ -70,7 +80,7 @@ class _Server:
         self.packer = ArrayPacker()
         self.sent_descriptions: list[str] | None = None
 
-    def _reply(self, descriptions: Any, arrays: dict[str, Any]) -> tuple[Any, ...]:
+    def _reply(self, descriptions: Any, infos: dict[str, Any], flags: tuple[np.ndarray, ...] = ()) -> tuple[Any, ...]:
         # (fields or None, array bytes, others, descriptions or None): see envfleet.wire.
         # The layout and the descriptions travel only when they change.
         descriptions = list(descriptions)
@@ -78,7 +88,7 @@ class _Server:
             descriptions_out = None
         else:
             descriptions_out = self.sent_descriptions = descriptions
-        fields, raw, others = self.packer.pack(self.env.num_envs, arrays)
+        fields, raw, others = self.packer.pack(self.env.num_envs, infos, flags)
         return fields, raw, others, descriptions_out
 
     def init(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -122,20 +132,14 @@ class _Server:
     def reset(self, msg: dict[str, Any]) -> tuple[Any, ...]:
         result = self.env.reset_envs_to_state_ids(msg["state_ids"], msg["task_ids"])
         _write_obs(self.mapping.arrays, result.obs)
-        return self._reply(result.task_descriptions, {"i." + key: value for key, value in result.infos.items()})
+        return self._reply(result.task_descriptions, result.infos)
 
     def step(self, msg: tuple[bytes, tuple[int, ...]]) -> tuple[Any, ...]:
         raw, shape = msg
         result = self.env.chunk_step(np.frombuffer(raw, dtype=np.float32).reshape(shape))
         _write_obs(self.mapping.arrays, result.obs)
-        arrays = {
-            "f.rewards": np.asarray(result.rewards, dtype=np.float32),
-            "f.terminations": np.asarray(result.terminations, dtype=bool),
-            "f.truncations": np.asarray(result.truncations, dtype=bool),
-        }
-        for key, value in result.infos.items():
-            arrays["i." + key] = value
-        return self._reply(result.task_descriptions, arrays)
+        flags = (_as(result.rewards, _F32), _as(result.terminations, _BOOL), _as(result.truncations, _BOOL))
+        return self._reply(result.task_descriptions, result.infos, flags)
 
     def get_state(self, msg: dict[str, Any]) -> Any:
         return self.env.get_state()

@@ -149,23 +149,32 @@ class ArrayPacker:
     """Shard side: the per-env arrays of a reply (rewards, flags, infos) as one byte string.
 
     :meth:`pack` returns ``(fields or None, bytes, others)``: ``fields`` ((name,
-    dtype, per-env shape) of each array, in order) only when they differ from the
-    ones sent last; ``others`` holds what is not a numeric array with one row per
-    env (strings, scalars), to be pickled as is.
+    dtype, per-env shape) of each array, in order: the flags as ``f.rewards``,
+    ``f.terminations``, ``f.truncations``, then each info as ``i.<name>``) only when
+    they differ from the ones sent last; ``others`` holds the infos that are not a
+    numeric array with one row per env (strings, scalars), to be pickled as is.
     """
 
-    def __init__(self) -> None:
-        self._sent: tuple[tuple[str, np.dtype[Any], tuple[int, ...]], ...] | None = None
+    _FLAG_NAMES = ("f.rewards", "f.terminations", "f.truncations")
 
-    def pack(self, num_envs: int, arrays: dict[str, Any]) -> tuple[Fields | None, bytes, dict[str, Any]]:
-        """Pack ``arrays`` (name -> value) of ``num_envs`` envs."""
-        signature = []
+    def __init__(self) -> None:
+        self._sent: tuple[Any, ...] | None = None
+
+    def pack(self, num_envs: int, infos: dict[str, Any], flags: tuple[np.ndarray, ...] = ()) -> tuple[Fields | None, bytes, dict[str, Any]]:
+        """Pack ``flags`` (rewards, terminations, truncations, or none) and ``infos`` of ``num_envs`` envs."""
+        signature: list[Any] = [len(flags)]
         raws = []
+        for arr in flags:
+            signature.append(arr.dtype)
+            signature.append(arr.shape)
+            raws.append(arr.tobytes())
         others: dict[str, Any] = {}
-        for name, value in arrays.items():
+        for name, value in infos.items():
             arr = value if type(value) is np.ndarray else np.asarray(value)
             if arr.dtype.kind in "biuf" and arr.ndim and arr.shape[0] == num_envs:
-                signature.append((name, arr.dtype, arr.shape))
+                signature.append(name)
+                signature.append(arr.dtype)
+                signature.append(arr.shape)
                 raws.append(arr.tobytes())
             else:
                 others[name] = value
@@ -173,7 +182,10 @@ class ArrayPacker:
         fields = None
         if key != self._sent:
             self._sent = key
-            fields = tuple((name, dtype.str, shape[1:]) for name, dtype, shape in key)
+            names = [*self._FLAG_NAMES[: len(flags)], *("i." + name for name in key[1 + 2 * len(flags) :: 3])]
+            dtypes = [*key[1 : 1 + 2 * len(flags) : 2], *key[2 + 2 * len(flags) :: 3]]
+            shapes = [*key[2 : 1 + 2 * len(flags) : 2], *key[3 + 2 * len(flags) :: 3]]
+            fields = tuple((name, dtype.str, shape[1:]) for name, dtype, shape in zip(names, dtypes, shapes))
         return fields, b"".join(raws), others
 
     def forget(self) -> None:
