@@ -82,3 +82,15 @@ def test_join_equals_concatenating_each_shard() -> None:
         assert joined["i." + key].flags.writeable and joined["i." + key].flags.c_contiguous
     single = layout.join(raws[:1])
     assert single["i.b"].flags.writeable  # a one-shard join is a copy too, not a view of the bytes
+
+
+def test_recv_within_times_out_returns_ready_messages_and_reports_eof(pair) -> None:
+    left, right = pair
+    assert right.recv_within(0.05) is Channel.TIMEOUT
+    left.send(("ok", 1))
+    left.send(("ok", 2))  # two messages may arrive in one read: the second is kept for later
+    assert right.recv_within(1.0) == ("ok", 1)
+    assert right.recv_within(1.0) == ("ok", 2)
+    left.close()
+    with pytest.raises(EOFError):
+        right.recv_within(1.0)

@@ -592,8 +592,8 @@ class ProcessEnvManager:
         """Await one reply from each shard: ("ok", payload), ("err", (kind, msg, tb)) or ("died"/"hung", how).
 
         Replies are read in shard order: all shards work at once, so by the time the
-        first has answered the others mostly have too, and reading in order costs one
-        poll per shard instead of a selector over all of them. ``on_ok(shard)`` runs
+        first has answered the others mostly have too, and a reply that is already
+        there costs one read and no poll. ``on_ok(shard)`` runs
         as soon as a shard answers, while the others still work.
         """
         deadline = time.monotonic() + timeout
@@ -603,17 +603,17 @@ class ProcessEnvManager:
             if conn is None:
                 results.append(("died", "was not running"))
                 continue
-            if not conn.poll(deadline - time.monotonic()):
-                results.append(("hung", f"did not answer within {timeout:g} s"))
-                continue
             try:
-                reply = conn.recv()
+                reply = conn.recv_within(deadline - time.monotonic())
             except (EOFError, OSError):
                 try:
                     shard.proc.wait(timeout=5.0)  # type: ignore[union-attr]
                 except subprocess.TimeoutExpired:
                     pass
                 results.append(("died", shard.exit_description()))
+                continue
+            if reply is Channel.TIMEOUT:
+                results.append(("hung", f"did not answer within {timeout:g} s"))
                 continue
             shard.pending = None
             if reply[0] == "ok":

@@ -18,6 +18,7 @@ import math
 import os
 import pickle
 import select
+import socket
 import struct
 from typing import Any
 
@@ -35,8 +36,12 @@ Fields = tuple[tuple[str, str, tuple[int, ...]], ...]
 class Channel:
     """One end of a socket carrying length-prefixed pickles. Blocking; one message at a time."""
 
+    #: What :meth:`recv_within` returns when nothing arrived in time.
+    TIMEOUT: Any = object()
+
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        self._sock = socket.socket(fileno=fd)  # for non-blocking reads; owns the fd
         self._poller = select.poll()
         self._poller.register(fd, select.POLLIN)
         self._pending = b""
@@ -66,6 +71,23 @@ class Channel:
         if self._pending:
             return True
         return bool(self._poller.poll(max(0, math.ceil(timeout * 1000))))
+
+    def recv_within(self, timeout: float) -> Any:
+        """The next message, or :attr:`TIMEOUT` if none starts arriving within ``timeout`` seconds.
+
+        A message that is already there costs one ``recv`` and no ``poll``.
+        """
+        if not self._pending:
+            try:
+                first = self._sock.recv(_READ_SIZE, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                if not self._poller.poll(max(0, math.ceil(timeout * 1000))):
+                    return self.TIMEOUT
+                first = os.read(self.fd, _READ_SIZE)
+            if not first:
+                raise EOFError("the other end closed the channel")
+            self._pending = first
+        return self.recv()
 
     def recv(self) -> Any:
         """Read one message. Raises ``EOFError`` when the other end closed."""
@@ -97,7 +119,7 @@ class Channel:
                 self._poller.unregister(self.fd)
             except (KeyError, ValueError):
                 pass
-            os.close(self.fd)
+            self._sock.close()
 
 
 class Layout:
