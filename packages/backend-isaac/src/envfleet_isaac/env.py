@@ -390,14 +390,7 @@ class IsaacEnv(Env):
             self._write_rows(None if touched.all() else np.nonzero(touched)[0], state, images)
         if self.cycle is not None and flags.ended.any():
             self._auto_reset(np.nonzero(flags.ended)[0], flags.infos)
-        return ChunkStepResult(
-            obs=self._out(),
-            task_descriptions=self._descriptions(),
-            rewards=flags.rewards,
-            terminations=flags.terminations,
-            truncations=flags.truncations,
-            infos=flags.infos,
-        )
+        return flags.to_result(self._out(), self._descriptions())
 
     def bind_observation_buffers(self, buffers: dict[str, np.ndarray]) -> bool:
         # Observations are copied from the simulator straight into the manager's shared memory.

@@ -411,14 +411,7 @@ class LiberoEnv(Env):
                 sid = self.cycle.next(int(i))
                 self._reset_one(int(i), sid)
                 flags.infos["reset_state_id"][i] = sid
-        return ChunkStepResult(
-            obs=self._copy_obs(),
-            task_descriptions=self._descriptions(),
-            rewards=flags.rewards,
-            terminations=flags.terminations,
-            truncations=flags.truncations,
-            infos=flags.infos,
-        )
+        return flags.to_result(self._copy_obs(), self._descriptions())
 
     def get_state(self) -> Any:
         """Per env: task and :meth:`LiberoSim.snapshot`; plus episode counters, cycle and last observations."""

@@ -122,7 +122,7 @@ class DataProto:
     def __getstate__(self) -> dict[str, Any]:
         # A TensorDict pickles its metadata key by key (milliseconds for a dozen small
         # tensors), and through Ray every numpy array becomes an out-of-band buffer with
-        # its own bookkeeping (about 0.1 ms each here). So the numeric arrays below
+        # its own bookkeeping (about 0.06 ms each here). So the numeric arrays below
         # _PACK_LIMIT bytes, tensors and numeric non-tensors alike, travel as one byte
         # string; bigger ones stay numpy arrays (out of band: no copy into the pickle).
         tensors, batch_size = self._columns()

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from .env import ChunkStepResult
+
 __all__ = ["EpisodeTracker", "StateCycle", "ChunkFlags"]
 
 
@@ -72,6 +74,17 @@ class ChunkFlags:
     truncations: np.ndarray  # bool [n, chunk]
     ended: np.ndarray  # bool [n]: episode ended during this chunk
     infos: dict[str, np.ndarray]
+
+    def to_result(self, obs: dict[str, Any], task_descriptions: list[str]) -> ChunkStepResult:
+        """The chunk's :class:`~envfleet.env.ChunkStepResult`: these flags and infos with ``obs`` and ``task_descriptions``."""
+        return ChunkStepResult(
+            obs=obs,
+            task_descriptions=task_descriptions,
+            rewards=self.rewards,
+            terminations=self.terminations,
+            truncations=self.truncations,
+            infos=self.infos,
+        )
 
 
 class EpisodeTracker:

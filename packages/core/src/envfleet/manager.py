@@ -96,7 +96,6 @@ class _Shard:
         self.restarts: collections.deque[float] = collections.deque()
         self.last_reset: tuple[np.ndarray, np.ndarray | None] | None = None
         self.saved_state: Any = None
-        self.pending: str | None = None
         self.sim_s = 0.0
         # The last reset/step reply (see envfleet.wire): its layout, bytes, other infos, descriptions.
         self.rec_layout: Layout | None = None
@@ -200,7 +199,6 @@ class _Resources:
                 pass
         shard.proc = None
         shard.conn = None
-        shard.pending = None
 
     def free_shard(self, shard: _Shard, graceful: bool = False) -> None:
         self.kill_shard(shard, graceful)
@@ -549,7 +547,6 @@ class ProcessEnvManager:
                 },
             )
         )
-        shard.pending = "init"
 
     def _await_init(self, shards: list[_Shard]) -> None:
         replies = self._collect(shards, self.start_timeout_s)
@@ -615,7 +612,6 @@ class ProcessEnvManager:
             if reply is Channel.TIMEOUT:
                 results.append(("hung", f"did not answer within {timeout:g} s"))
                 continue
-            shard.pending = None
             if reply[0] == "ok":
                 results.append(("ok", reply[1]))
                 shard.sim_s = reply[2]
@@ -658,7 +654,6 @@ class ProcessEnvManager:
             try:
                 assert s.conn is not None
                 s.conn.send((cmd, make(s)))
-                s.pending = cmd
             except (OSError, AssertionError):
                 pass  # dead already: handled as a crash below
         outcomes = self._collect(shards, self.step_timeout_s, on_ok=lambda shard: self._copy_obs(shard, obs))
@@ -676,10 +671,8 @@ class ProcessEnvManager:
                 reply = self._restart(shard, f"{payload} during {cmd}")
                 restarted.add(shard.index)
                 self._copy_obs(shard, obs)
-                if reply is not None:
+                if reply is not None:  # None: never reset, so _launch's empty reply stands
                     self._absorb(shard, reply)
-                else:
-                    shard.rec_layout, shard.rec_raw, shard.rec_others = None, b"", {}
         if first_error is not None:
             raise first_error
         return restarted, sim_s

@@ -47,10 +47,6 @@ class Channel:
         self._pending = b""
         self._closed = False
 
-    def fileno(self) -> int:
-        """The socket's file descriptor."""
-        return self.fd
-
     def send(self, obj: Any) -> None:
         """Pickle ``obj`` and write it. Raises ``OSError`` when the other end is gone."""
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
@@ -209,7 +205,3 @@ class ArrayPacker:
             shapes = [*key[2 : 1 + 2 * len(flags) : 2], *key[3 + 2 * len(flags) :: 3]]
             fields = tuple((name, dtype.str, shape[1:]) for name, dtype, shape in zip(names, dtypes, shapes))
         return fields, b"".join(raws), others
-
-    def forget(self) -> None:
-        """Send the fields with the next reply again."""
-        self._sent = None

@@ -148,14 +148,7 @@ class ToyEnv(Env):
                 self._reset_one(int(i), sid)
                 flags.infos["reset_state_id"][i] = sid
             self._render(reset)
-        return ChunkStepResult(
-            obs=self._copy_obs(),
-            task_descriptions=self._descriptions(),
-            rewards=flags.rewards,
-            terminations=flags.terminations,
-            truncations=flags.truncations,
-            infos=flags.infos,
-        )
+        return flags.to_result(self._copy_obs(), self._descriptions())
 
     def bind_observation_buffers(self, buffers: dict[str, np.ndarray]) -> bool:
         # Draw straight into the manager's shared memory: no copy per step.
@@ -196,14 +189,7 @@ class ToyEnv(Env):
         if self._frozen_result is None or self._frozen_result.rewards.shape[1] != chunk:
             self.tracker.start_chunk(chunk)
             flags = self.tracker.end_chunk()
-            self._frozen_result = ChunkStepResult(
-                obs={k: v.copy() for k, v in self.obs.items()},
-                task_descriptions=self._descriptions(),
-                rewards=flags.rewards,
-                terminations=flags.terminations,
-                truncations=flags.truncations,
-                infos=flags.infos,
-            )
+            self._frozen_result = flags.to_result({k: v.copy() for k, v in self.obs.items()}, self._descriptions())
         return self._frozen_result
 
     def _reset_one(self, i: int, sid: int) -> None:
