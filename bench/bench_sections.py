@@ -178,20 +178,22 @@ def bench_worker() -> None:
 
     _ray()
     rows = []
-    cases: list[tuple[str, Any, int]] = [
-        ("toy, zero cost (toy.frozen), 2 envs, 64x64, chunk 8", _toy_cfg(2, 64, chunk=8, **{"toy.frozen": True}), 100),
-        ("toy drawing every sub-step (step_cost_s=0), 2 envs, 64x64, chunk 8", _toy_cfg(2, 64, chunk=8), 70),
+    frozen = _toy_cfg(2, 64, chunk=8, **{"toy.frozen": True})
+    cases: list[tuple[str, Any, int, bool]] = [
+        ("toy, zero cost (toy.frozen), 2 envs, 64x64, chunk 8", frozen, 100, True),
+        ("toy drawing every sub-step (step_cost_s=0), 2 envs, 64x64, chunk 8", _toy_cfg(2, 64, chunk=8), 70, True),
+        ("toy, zero cost, through Ray's task path (local_lane=False)", frozen, 100, False),
     ]
     if _libero_installed():
-        cases.append(("LIBERO spatial, 2 envs, 128x128, chunk 8, render last", _libero_cfg(2, 128, "last", stages=1), 3))
-    for label, cfg, repeat in cases:
+        cases.append(("LIBERO spatial, 2 envs, 128x128, chunk 8, render last", _libero_cfg(2, 128, "last", stages=1), 3, True))
+    for label, cfg, repeat, lane in cases:
         n = int(cfg.train.num_envs)
         chunk = int(cfg.actor.model.num_action_chunks)
         actions = np.zeros((n, chunk, 7), np.float32)
         # Both paths are up at once and measured in alternating batches, so that a slow
         # spell of the machine hits both alike.
         mgr = ProcessEnvManager(cfg)
-        group = EnvWorkerGroup(cfg, num_workers=1)
+        group = EnvWorkerGroup(cfg, num_workers=1, local_lane=lane)
         try:
             mgr.start_simulator()
             ids = mgr.get_all_state_ids()[:n]
@@ -226,7 +228,9 @@ def bench_worker() -> None:
         rows,
         [
             "Targets: at most 5% more for LIBERO, at most 2 ms more for the zero-cost toy.",
-            "The actor path includes Ray's task submission, the DataProto's trip back and building its TensorDict on the driver.",
+            "The actor path is EnvWorkerGroup.env_interact_step(...).get().batch: the DataProto's trip to the actor and back "
+            "and building its TensorDict on the driver. The worker runs on the driver's node, so the step takes the local "
+            "lane (a Unix socket served inside the actor) unless the row says otherwise.",
             f"Ray's own round trip to an actor method that does nothing, on this machine: {t_noop * 1e3:.2f} ms.",
         ],
         {"ray_noop_ms": t_noop * 1e3},

@@ -46,6 +46,10 @@ def test_workers_spread_over_both_nodes(two_nodes) -> None:
     try:
         nodes = {info["node_id"] for info in group.node_info()}
         assert len(nodes) == 2, "both workers landed on one node"
+        # The worker on the driver's node takes the local lane, the other Ray's task path.
+        here = ray.get_runtime_context().get_node_id()
+        assert group.lane_ranks == [rank for rank, info in enumerate(group.node_info()) if info["node_id"] == here]
+        assert len(group.lane_ranks) == 1
         group.init_worker()
         group.init_simulator()
         out = group.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": np.arange(8)})).get()

@@ -9,6 +9,9 @@ A worker that died raises :class:`~envfleet.errors.WorkerDiedError` naming its
 rank, node and cause; with ``max_restarts > 0`` the group recreates it in the same
 bundle, re-runs init and the last reset, and the failed step reports its envs as
 truncated with ``sim_restarted`` set.
+
+Steps to a worker on the driver's node take the local lane (:mod:`envfleet_ray.lane`)
+instead of Ray's task path; pass ``local_lane=False`` to send everything through Ray.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError, WorkerDiedError
 
+from .lane import LaneCall, LaneClient, LaneClosed
 from .worker import EnvWorker
 
 __all__ = ["EnvWorkerGroup", "GroupFuture"]
@@ -59,8 +63,16 @@ class GroupFuture:
         results: list[Any] = []
         for rank, ref in enumerate(self._refs):
             try:
-                results.append(ray.get(ref, timeout=timeout))
-            except _DEAD as exc:
+                if isinstance(ref, LaneCall):
+                    try:
+                        results.append(ref.result(timeout))
+                    except TimeoutError as exc:
+                        raise GetTimeoutError(f"worker {rank}: {exc}") from None
+                elif isinstance(ref, LaneClosed):
+                    raise ref
+                else:
+                    results.append(ray.get(ref, timeout=timeout))
+            except (*_DEAD, LaneClosed) as exc:
                 results.append(self._on_dead(rank, exc))
             except RayTaskError as exc:
                 # The worker's own exception (InvalidInputError, EnvFleetSimulatorError, ...), not
@@ -72,8 +84,14 @@ class GroupFuture:
 
     def ready(self) -> bool:
         """True when every worker has answered (does not wait)."""
-        done, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
-        return len(done) == len(self._refs)
+        if self._done:
+            return True
+        refs = [r for r in self._refs if isinstance(r, ray.ObjectRef)]
+        lanes_ready = all(r.ready() for r in self._refs if isinstance(r, LaneCall))
+        if not refs:
+            return lanes_ready
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        return lanes_ready and len(done) == len(refs)
 
 
 class EnvWorkerGroup:
@@ -86,6 +104,8 @@ class EnvWorkerGroup:
     :param max_restarts: how many times in total the group recreates a dead worker.
     :param strategy: placement strategy of the bundles (PACK, SPREAD, STRICT_SPREAD).
     :param placement_timeout_s: how long to wait for the cluster to grant the bundles.
+    :param local_lane: send steps to workers on the driver's node over a local lane
+        (:mod:`envfleet_ray.lane`) rather than through Ray's task path.
     """
 
     def __init__(
@@ -97,6 +117,7 @@ class EnvWorkerGroup:
         max_restarts: int = 0,
         strategy: str = "PACK",
         placement_timeout_s: float = 120.0,
+        local_lane: bool = True,
     ) -> None:
         if not ray.is_initialized():
             raise RuntimeError("EnvWorkerGroup needs Ray: call envfleet_ray.init_ray() (or ray.init()) first")
@@ -110,6 +131,7 @@ class EnvWorkerGroup:
         self.num_workers = int(num_workers)
         self.stage_num = int(config.rollout.pipeline_stage_num)
         self.num_envs = int(config.train.num_envs)
+        self._chunk = int(config.actor.model.num_action_chunks)  # read once: an OmegaConf lookup costs ~85 us
         self.max_restarts = int(max_restarts)
         self.restarts = 0
         self._cpus = float(cpus_per_worker)
@@ -130,6 +152,8 @@ class EnvWorkerGroup:
         self.nodes: list[dict[str, Any]] = ray.get([w.node_info.remote() for w in self.workers])
         self._initialized: set[str] = set()
         self._last_reset: dict[str, DataProto] = {}
+        self._local_lane = bool(local_lane)
+        self._lanes: list[LaneClient | None] = [self._open_lane(rank) for rank in range(self.num_workers)]
 
     # ------------------------------------------------------------------ actors
     def _create(self, rank: int) -> Any:
@@ -140,6 +164,43 @@ class EnvWorkerGroup:
             scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank),
             name=None,
         ).remote(self._cfg_container, rank)
+
+    def _open_lane(self, rank: int) -> LaneClient | None:
+        if not self._local_lane or self.nodes[rank].get("node_id") != ray.get_runtime_context().get_node_id():
+            return None
+        address, token = ray.get(self.workers[rank].open_lane.remote())
+        lane = LaneClient(address, token)
+        try:
+            for stage in range(self.stage_num):
+                lane.connect(stage)
+        except OSError as exc:  # e.g. the driver sits in another network namespace (Ray Client)
+            log.info("worker %d: no local lane (%s); its steps go through Ray", rank, exc)
+            lane.close()
+            return None
+        return lane
+
+    def _close_lane(self, rank: int) -> None:
+        lane = self._lanes[rank]
+        self._lanes[rank] = None
+        if lane is not None:
+            lane.close()
+
+    @property
+    def lane_ranks(self) -> list[int]:
+        """The ranks whose steps take the local lane."""
+        return [rank for rank, lane in enumerate(self._lanes) if lane is not None]
+
+    def _death_cause(self, rank: int, exc: BaseException) -> BaseException:
+        """Why a worker's lane closed: Ray's account of the actor's death when it has one."""
+        if not isinstance(exc, LaneClosed):
+            return exc
+        try:
+            ray.get(self.workers[rank].node_info.remote(), timeout=30)
+        except _DEAD as dead:
+            return dead
+        except Exception:
+            pass
+        return exc
 
     def _dead_error(self, rank: int, exc: BaseException) -> WorkerDiedError:
         node = self.nodes[rank] if rank < len(self.nodes) else {}
@@ -163,6 +224,7 @@ class EnvWorkerGroup:
             ray.kill(self.workers[rank], no_restart=True)
         except Exception:
             pass
+        self._close_lane(rank)
         worker = self._create(rank)
         self.workers[rank] = worker
         calls = []
@@ -173,6 +235,7 @@ class EnvWorkerGroup:
                 calls.append(worker.init_simulator.remote(mode))
         ray.get(calls)
         self.nodes[rank] = ray.get(worker.node_info.remote())
+        self._lanes[rank] = self._open_lane(rank)
         for data in self._last_reset.values():
             part = data.chunk(self.num_workers)[rank]
             ray.get(worker.reset_envs_to_state_ids.remote(part))
@@ -259,11 +322,20 @@ class EnvWorkerGroup:
             raise InvalidInputError(f"meta_info['stage_id'] is missing: expected an int in [0, {self.stage_num})")
         stage = data.meta_info["stage_id"]
         mode = str(data.meta_info.get("mode", "train"))
-        chunk = int(self.cfg.actor.model.num_action_chunks)
+        chunk = self._chunk
         parts = [data] if self.num_workers == 1 else data.chunk(self.num_workers)
-        refs = [w.env_interact_step.remote(p) for w, p in zip(self.workers, parts)]
+        refs: list[Any] = []
+        for w, lane, p in zip(self.workers, self._lanes, parts):
+            if lane is None:
+                refs.append(w.env_interact_step.remote(p))
+                continue
+            try:
+                refs.append(lane.call(stage, "env_interact_step", p))
+            except LaneClosed as exc:
+                refs.append(exc)  # the worker is gone: get() handles it as a dead worker
 
         def on_dead(rank: int, exc: BaseException) -> DataProto:
+            exc = self._death_cause(rank, exc)
             self._revive(rank, exc)
             return ray.get(self.workers[rank].restart_step_result.remote(int(stage), chunk, mode))  # type: ignore[no-any-return]
 
@@ -272,6 +344,8 @@ class EnvWorkerGroup:
     # ------------------------------------------------------------------ teardown
     def shutdown(self) -> None:
         """Close every worker (their simulators and shared memory) and free the placement group."""
+        for rank in range(len(self._lanes)):
+            self._close_lane(rank)
         try:
             ray.get([w.close.remote() for w in self.workers], timeout=60)
         except Exception:

@@ -154,6 +154,7 @@ class EnvWorker:
         self._metrics: dict[str, _Metrics] = collections.defaultdict(_Metrics)
         self._last_reset: dict[str, DataProto] = {}
         self._pool = ThreadPoolExecutor(max_workers=max(self.stage_num, 1), thread_name_prefix=f"envfleet-w{rank}")
+        self._lane: Any = None
 
     # ------------------------------------------------------------------ lifecycle
     def init_worker(self) -> None:
@@ -179,8 +180,22 @@ class EnvWorker:
         for m in self._managers.get(mode, []):
             m.stop_simulator()
 
+    def open_lane(self) -> tuple[str, bytes]:
+        """Serve ``env_interact_step`` on a local lane (see :mod:`envfleet_ray.lane`); returns its address and token.
+
+        The group calls this through Ray when the worker runs on the driver's node.
+        """
+        from .lane import LaneServer
+
+        with self._init_lock:
+            if self._lane is None:
+                self._lane = LaneServer(self)
+            return self._lane.address, self._lane.token
+
     def close(self) -> None:
         """Stop every simulator process and free shared memory. Safe to call twice."""
+        if self._lane is not None:
+            self._lane.close()
         for managers in self._managers.values():
             for m in managers:
                 m.close()
