@@ -311,3 +311,15 @@ def test_shards_of_different_sizes_merge_by_the_slow_path(no_leaks) -> None:
         assert out.rewards.shape == (5, 4) and out.rewards.dtype == np.float32
         assert out.infos["state_id"].tolist() == [0, 1, 2, 3, 4]
         assert out.infos["episode_length"].tolist() == [4] * 5 and out.infos["sim_restarted"].tolist() == [False] * 5
+
+
+def test_validate_actions_accepts_huge_finite_values_and_names_the_bad_one() -> None:
+    from envfleet.manager import validate_actions
+
+    huge = np.full((2, 3, 7), 3e38, np.float32)  # finite, but their sum overflows to inf
+    assert np.array_equal(validate_actions(huge, 2, 3, 7), huge)
+    for bad in (np.inf, -np.inf, np.nan):
+        acts = np.zeros((2, 3, 7), np.float32)
+        acts[1, 2, 5] = bad
+        with pytest.raises(InvalidInputError, match=r"actions\[1, 2, 5\] is"):
+            validate_actions(acts, 2, 3, 7)

@@ -84,6 +84,39 @@ def test_join_equals_concatenating_each_shard() -> None:
     assert single["i.b"].flags.writeable  # a one-shard join is a copy too, not a view of the bytes
 
 
+def test_join_gives_aligned_fields_whatever_their_order() -> None:
+    # A bool first would leave the int64 and float32 behind it misaligned in a shard's bytes.
+    packer = ArrayPacker()
+    shards = [{"flag": np.array([True, False, True]), "i8": np.arange(3) * (s + 1), "f4": np.full((3, 2), s, np.float32)} for s in range(5)]
+    packed = [packer.pack(3, arrays) for arrays in shards]
+    layout = layout_of(packed[0][0], 3)
+    joined = layout.join([raw for _, raw, _ in packed])
+    for key in ("flag", "i8", "f4"):
+        value = joined["i." + key]
+        assert np.array_equal(value, np.concatenate([s[key] for s in shards]))
+        assert value.flags.aligned and value.flags.c_contiguous and value.flags.writeable
+    joined["i.i8"][0] = 99  # fields are separate memory ranges: writing one leaves the others alone
+    assert joined["i.flag"].tolist() == [True, False, True] * 5
+
+
+def test_packer_fast_path_notices_every_change() -> None:
+    packer = ArrayPacker()
+    flags = (np.zeros((2, 1), np.float32), np.zeros((2, 1), bool), np.zeros((2, 1), bool))
+    infos = {"a": np.array([1, 2]), "b": np.array([0.5, 1.5], np.float32)}
+    first = packer.pack(2, infos, flags)
+    layout = layout_of(first[0], 2)
+    again = packer.pack(2, {"a": np.array([3, 4]), "b": np.array([2.5, 3.5], np.float32)}, flags)
+    assert again[0] is None and layout.unpack(again[1])["i.a"].tolist() == [3, 4]
+    assert packer.pack(2, {"b": infos["b"], "a": infos["a"]}, flags)[0] is not None  # order changed
+    assert packer.pack(2, {**infos, "c": np.array([True, False])}, flags)[0] is not None  # a new info
+    assert packer.pack(2, {**infos, "c": np.array([True, False])}, flags)[0] is None
+    changed = packer.pack(2, {**infos, "c": [True, False]}, flags)  # a list where an array was: same layout, slow path
+    assert changed[0] is None and layout_of(packer.pack(2, infos, flags)[0], 2) is layout
+    assert packer.pack(2, {"a": infos["a"], "b": np.array([1.0, 2.0])}, flags)[0] is not None  # dtype changed
+    assert packer.pack(2, {"a": infos["a"], "b": "text"}, flags)[2] == {"b": "text"}
+    assert packer.pack(2, {"a": infos["a"], "b": np.ones((2, 2), np.float32)}, flags)[0] is not None  # shape changed
+
+
 def test_recv_within_times_out_returns_ready_messages_and_reports_eof(pair) -> None:
     left, right = pair
     assert right.recv_within(0.05) is Channel.TIMEOUT

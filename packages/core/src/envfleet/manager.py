@@ -217,7 +217,7 @@ def validate_actions(actions: Any, num_envs: int, chunk: int, action_dim: int) -
 
     :raises InvalidInputError: saying what was expected and what came.
     """
-    if hasattr(actions, "detach") and hasattr(actions, "cpu"):  # a torch tensor
+    if type(actions) is not np.ndarray and hasattr(actions, "detach") and hasattr(actions, "cpu"):  # a torch tensor
         actions = actions.detach().cpu().numpy()
     if not isinstance(actions, np.ndarray):
         raise InvalidInputError(f"actions must be a numpy array [num_envs, chunk, action_dim], got {type(actions).__name__}")

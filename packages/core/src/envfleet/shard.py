@@ -189,8 +189,6 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: ``python -m envfleet.shard FD PARENT_PID``."""
     args = sys.argv[1:] if argv is None else argv
     fd, parent_pid = int(args[0]), int(args[1])
-    if os.environ.get("ENVFLEET_SCHED_BATCH", "1") == "1":
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     _batch_scheduling()
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     conn = Channel(fd)

@@ -7,9 +7,11 @@ Two things make a call on many shards cheap:
   ``multiprocessing.Connection`` needs two reads and a pickler object per message).
 - :class:`ArrayPacker` sends the per-env arrays of a reply (rewards, flags,
   infos) as one byte string, field after field. Shards of one stage share a
-  :class:`Layout`, so the parent joins the bytes of all shards and reads each
-  field of the whole stage with one strided copy (:meth:`Layout.join`) instead of
-  unpacking a dozen arrays per shard. The fields travel only when they change.
+  :class:`Layout`, so the parent joins the bytes of all shards and puts them in
+  field order with one gather (:meth:`Layout.join`), each field of the whole stage
+  a view of it, instead of unpacking a dozen arrays per shard. The layout travels
+  only when it changes, and a shard whose arrays match the last layout packs them
+  without rebuilding it.
 """
 
 from __future__ import annotations
@@ -132,6 +134,7 @@ class Layout:
             self.entries.append((name, dtype, tuple(shape), offset, size))
             offset += size
         self.nbytes = offset
+        self._plans: dict[int, Any] = {}
 
     def unpack(self, raw: bytes) -> dict[str, np.ndarray]:
         """One shard's bytes as ``{name: array}`` (writable copies)."""
@@ -142,13 +145,36 @@ class Layout:
         }
 
     def join(self, raws: list[bytes]) -> dict[str, np.ndarray]:
-        """The bytes of several shards with this layout, in order, as ``{name: array}`` over all their envs (writable copies)."""
-        buf = np.frombuffer(b"".join(raws), dtype=np.uint8).reshape(len(raws), self.nbytes)
-        total = len(raws) * self.num_envs
-        return {
-            name: buf[:, offset : offset + size].copy().view(dtype).reshape(total, *shape)
-            for name, dtype, shape, offset, size in self.entries
-        }
+        """The bytes of several shards with this layout, in order, as ``{name: array}`` over all their envs.
+
+        One gather (``take``) puts the bytes in field-major order, so that each field
+        of the whole stage is a contiguous, aligned, writable view of that one copy.
+        """
+        plan = self._plans.get(len(raws))
+        if plan is None:
+            plan = self._plans[len(raws)] = self._join_plan(len(raws))
+        perm, slots = plan
+        flat = np.frombuffer(b"".join(raws), dtype=np.uint8).take(perm)
+        return {name: flat[start:stop].view(dtype).reshape(shape) for name, start, stop, dtype, shape in slots}
+
+    def _join_plan(self, count: int) -> tuple[np.ndarray, list[tuple[str, int, int, np.dtype[Any], tuple[int, ...]]]]:
+        # Fields are placed widest dtype first: each block's size is a multiple of its
+        # itemsize, so every later block starts aligned for its own dtype.
+        order = sorted(range(len(self.entries)), key=lambda i: -self.entries[i][1].itemsize)
+        pieces: list[np.ndarray] = []
+        starts: dict[int, int] = {}
+        position = 0
+        for i in order:
+            _, _, _, offset, size = self.entries[i]
+            starts[i] = position
+            pieces += [np.arange(shard * self.nbytes + offset, shard * self.nbytes + offset + size) for shard in range(count)]
+            position += size * count
+        perm = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.intp)
+        slots = [
+            (name, starts[i], starts[i] + size * count, dtype, (count * self.num_envs, *shape))
+            for i, (name, dtype, shape, _, size) in enumerate(self.entries)
+        ]
+        return perm, slots
 
 
 _LAYOUTS: dict[tuple[Fields, int], Layout] = {}
@@ -177,9 +203,28 @@ class ArrayPacker:
 
     def __init__(self) -> None:
         self._sent: tuple[Any, ...] | None = None
+        # The last call's info names, and the dtype and shape of each packed array, when it
+        # packed every info (no "others"): a call that matches them takes the fast path.
+        self._names: tuple[str, ...] | None = None
+        self._dtypes: list[np.dtype[Any]] = []
+        self._shapes: list[tuple[int, ...]] = []
 
     def pack(self, num_envs: int, infos: dict[str, Any], flags: tuple[np.ndarray, ...] = ()) -> tuple[Fields | None, bytes, dict[str, Any]]:
         """Pack ``flags`` (rewards, terminations, truncations, or none) and ``infos`` of ``num_envs`` envs."""
+        if self._names is not None and tuple(infos) == self._names:
+            # The usual step: the same arrays as last time, with new values.
+            values = [*flags, *infos.values()]
+            try:
+                if [v.dtype for v in values] == self._dtypes and [v.shape for v in values] == self._shapes:
+                    if all(type(v) is np.ndarray for v in values):
+                        return None, b"".join([v.tobytes() for v in values]), {}
+            except AttributeError:  # a value that is not an array
+                pass
+        return self._pack_slow(num_envs, infos, flags)
+
+    def _pack_slow(
+        self, num_envs: int, infos: dict[str, Any], flags: tuple[np.ndarray, ...]
+    ) -> tuple[Fields | None, bytes, dict[str, Any]]:
         signature: list[Any] = [len(flags)]
         raws = []
         for arr in flags:
@@ -204,4 +249,10 @@ class ArrayPacker:
             dtypes = [*key[1 : 1 + 2 * len(flags) : 2], *key[2 + 2 * len(flags) :: 3]]
             shapes = [*key[2 : 1 + 2 * len(flags) : 2], *key[3 + 2 * len(flags) :: 3]]
             fields = tuple((name, dtype.str, shape[1:]) for name, dtype, shape in zip(names, dtypes, shapes))
+        if others or len(raws) != len(flags) + len(infos):
+            self._names = None
+        else:
+            self._names = tuple(infos)
+            self._dtypes = [*key[1 : 1 + 2 * len(flags) : 2], *key[2 + 2 * len(flags) :: 3]]
+            self._shapes = [*key[2 : 1 + 2 * len(flags) : 2], *key[3 + 2 * len(flags) :: 3]]
         return fields, b"".join(raws), others
