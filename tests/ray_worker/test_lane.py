@@ -172,3 +172,23 @@ def test_workers_on_another_node_use_ray(local_ray) -> None:  # noqa: F811
         assert g.lane_ranks == [0]
         g.nodes[0] = {**g.nodes[0], "node_id": "elsewhere"}
         assert g._open_lane(0) is None  # a worker on another node gets no lane
+
+
+@pytest.mark.parametrize("local_lane", [True, False], ids=["lane", "ray-task-path"])
+def test_a_killed_worker_is_reported_on_either_path(local_ray, local_lane: bool) -> None:  # noqa: F811
+    import os
+    import signal
+
+    from envfleet.errors import WorkerDiedError
+
+    with EnvWorkerGroup(cfg(), num_workers=1, local_lane=local_lane) as g:
+        g.init_worker()
+        g.init_simulator()
+        g.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": np.arange(S * N)})).get()
+        g.env_interact_step(_step_data(0, 0, N)).get()
+        pid = g.node_info()[0]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(WorkerDiedError, match=f"EnvWorker rank 0 on node .*pid {pid}") as err:
+            g.env_interact_step(_step_data(0, 1, N)).get()
+        # Ray's account of the death, not just "the lane closed".
+        assert "ActorDiedError" in str(err.value) or "RayActorError" in str(err.value), str(err.value)
