@@ -161,6 +161,38 @@ def test_sigstop_hang_detected_by_deadline(manager) -> None:
     assert "did not answer within 2 s" in manager.stats.restart_log[-1]["cause"]
 
 
+@pytest.mark.parametrize("manager", [{"step_timeout_s": 2.0, "reset_timeout_s": 20.0}], indirect=True)
+def test_a_slow_reset_gets_the_reset_deadline_not_the_step_deadline(manager) -> None:
+    # A reset may build a scene (LIBERO does for a new task): a shard that takes longer
+    # than step_timeout_s over it is not killed, as long as it answers within reset_timeout_s.
+    manager.reset_envs_to_state_ids(np.arange(4))
+    victim = manager.shard_pids()[2]
+    os.kill(victim, signal.SIGSTOP)
+    threading.Timer(3.0, os.kill, (victim, signal.SIGCONT)).start()
+    t0 = time.perf_counter()
+    out = manager.reset_envs_to_state_ids(np.arange(4, 8))
+    assert time.perf_counter() - t0 > 2.9
+    assert not out.infos["sim_restarted"].any() and manager.stats.restarts == 0
+    assert manager.shard_pids()[2] == victim
+    assert out.infos["state_id"].tolist() == [4, 5, 6, 7]
+
+
+def test_reset_deadline_defaults_to_the_larger_of_step_and_start() -> None:
+    from envfleet.config import ConfigError, load_config
+
+    def deadline(**train: float) -> float:
+        cfg = load_config(overrides=["train.simulator_type=toy", *[f"train.{k}={v}" for k, v in train.items()]])
+        mgr = ProcessEnvManager(cfg)  # not started: no process
+        mgr.close()
+        return mgr.reset_timeout_s
+
+    assert deadline() == 300.0
+    assert deadline(step_timeout_s=500) == 500.0
+    assert deadline(reset_timeout_s=7) == 7.0
+    with pytest.raises(ConfigError, match="reset_timeout_s' must be > 0 or null"):
+        load_config(overrides=["train.simulator_type=toy", "train.reset_timeout_s=0"])
+
+
 @pytest.mark.parametrize("manager", [{"max_restarts": 1}], indirect=True)
 def test_restart_limit_raises_with_details(manager) -> None:
     manager.reset_envs_to_state_ids(np.arange(4))

@@ -90,7 +90,7 @@ def test_sigkill_random_shard_every_few_chunks(local_ray) -> None:
 def test_sigstop_hang_recovered_through_deadline(local_ray) -> None:
     before = shm_segments()
     report = FaultReport("sigstop-shard-hang")
-    group = start_group(make_cfg(**{"train.step_timeout_s": 3}))
+    group = start_group(make_cfg(**{"train.step_timeout_s": 3, "train.reset_timeout_s": 3}))
     rng = random.Random(1)
     hangs = scale(1, 4)
     rollout_with_faults(

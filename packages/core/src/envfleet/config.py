@@ -86,6 +86,9 @@ class EnvConfig:
     settle_steps: int = 10  # no-op steps after a reset, before the first observation
     step_timeout_s: float = 120.0  # a shard that takes longer for one call is killed and rebuilt
     start_timeout_s: float = 300.0  # deadline for a shard to build its simulator
+    reset_timeout_s: float | None = (
+        None  # deadline for a reset or a state restore (either may build a scene); null: the larger of the two above
+    )
     max_restarts: int = 3  # restarts of one shard allowed within restart_window_s
     restart_window_s: float = 600.0  # window over which restarts are counted
     init_params: InitParamsConfig = field(default_factory=InitParamsConfig)
@@ -221,6 +224,8 @@ def _check_values(section: DictConfig, prefix: str) -> None:
     for key in ("settle_steps", "max_restarts"):
         if section[key] < 0:
             raise ConfigError(f"config key '{prefix}{key}' must be >= 0, got {section[key]!r}")
+    if section.reset_timeout_s is not None and section.reset_timeout_s <= 0:
+        raise ConfigError(f"config key '{prefix}reset_timeout_s' must be > 0 or null, got {section.reset_timeout_s!r}")
     if section.max_episode_steps is not None and section.max_episode_steps <= 0:
         raise ConfigError(f"config key '{prefix}max_episode_steps' must be > 0 or null, got {section.max_episode_steps!r}")
     ip = section.init_params

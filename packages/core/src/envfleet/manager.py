@@ -284,6 +284,10 @@ class ProcessEnvManager:
         self.obs_spec = self.spec.obs_spec(self.env_cfg, self.num_envs)
         self.step_timeout_s = float(self.env_cfg.step_timeout_s)
         self.start_timeout_s = float(self.env_cfg.start_timeout_s)
+        # A reset may build a new scene (LIBERO does, for another task), which can take as
+        # long as a start on a loaded machine: it gets a deadline of its own.
+        reset_timeout = self.env_cfg.get("reset_timeout_s")
+        self.reset_timeout_s = float(reset_timeout) if reset_timeout is not None else max(self.step_timeout_s, self.start_timeout_s)
         self.max_restarts = int(self.env_cfg.max_restarts)
         self.restart_window_s = float(self.env_cfg.restart_window_s)
         self.stats = ManagerStats()
@@ -349,7 +353,7 @@ class ProcessEnvManager:
             self._running = True
             saved = [s for s in self._res.shards if s.saved_state is not None]
             if saved:
-                self._broadcast("load_state", lambda s: {"state": s.saved_state}, saved, self.step_timeout_s)
+                self._broadcast("load_state", lambda s: {"state": s.saved_state}, saved, self.reset_timeout_s)
                 for s in saved:
                     s.saved_state = None
             elif any(s.last_reset is not None for s in self._res.shards):
@@ -360,7 +364,7 @@ class ProcessEnvManager:
                 )
                 resettable = [s for s in self._res.shards if s.last_reset is not None]
                 self._broadcast(
-                    "reset", lambda s: {"state_ids": s.last_reset[0], "task_ids": s.last_reset[1]}, resettable, self.step_timeout_s
+                    "reset", lambda s: {"state_ids": s.last_reset[0], "task_ids": s.last_reset[1]}, resettable, self.reset_timeout_s
                 )
 
     def stop_simulator(self) -> None:
@@ -656,7 +660,8 @@ class ProcessEnvManager:
                 s.conn.send((cmd, make(s)))
             except (OSError, AssertionError):
                 pass  # dead already: handled as a crash below
-        outcomes = self._collect(shards, self.step_timeout_s, on_ok=lambda shard: self._copy_obs(shard, obs))
+        timeout = self.reset_timeout_s if cmd == "reset" else self.step_timeout_s
+        outcomes = self._collect(shards, timeout, on_ok=lambda shard: self._copy_obs(shard, obs))
         restarted: set[int] = set()
         first_error: Exception | None = None
         sim_s = 0.0
@@ -721,7 +726,7 @@ class ProcessEnvManager:
                 state_ids, task_ids = shard.last_reset
                 assert shard.conn is not None
                 shard.conn.send(("reset", {"state_ids": state_ids, "task_ids": task_ids}))
-                ((status, payload),) = self._collect([shard], self.step_timeout_s)
+                ((status, payload),) = self._collect([shard], self.reset_timeout_s)
                 if status == "ok":
                     return tuple(payload)
                 if status == "err":
