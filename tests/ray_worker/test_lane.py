@@ -65,6 +65,22 @@ def test_replies_are_matched_to_calls_in_any_order(echo_lane) -> None:
     assert [calls[i].result(10) for i in (2, 0, 1)] == [2, 0, 1]
 
 
+def test_a_waiting_reader_does_not_hold_up_a_sender(echo_lane) -> None:
+    worker, _, client = echo_lane
+    worker.release.clear()
+    first = client.call(0, "env_interact_step", "a")
+    got: list[object] = []
+    reader = threading.Thread(target=lambda: got.append(first.result(10)))
+    reader.start()
+    sent = threading.Event()
+    second: list[object] = []
+    threading.Thread(target=lambda: (second.append(client.call(0, "env_interact_step", "b")), sent.set())).start()
+    assert sent.wait(5), "a call on a connection waited for another thread's reply"
+    worker.release.set()
+    reader.join(10)
+    assert got == ["a"] and second[0].result(10) == "b"  # type: ignore[attr-defined]
+
+
 def test_the_workers_own_exception_comes_back(echo_lane) -> None:
     _, _, client = echo_lane
     with pytest.raises(InvalidInputError, match="asked to raise"):

@@ -196,7 +196,8 @@ class _Connection:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(address)
         self.sock.sendall(token)
-        self.lock = threading.Lock()
+        self.send_lock = threading.Lock()  # guards sent and the socket's write side
+        self.lock = threading.Lock()  # guards received, stash and the socket's read side
         self.sent = 0  # requests sent
         self.received = 0  # replies read
         self.stash: dict[int, tuple[str, Any]] = {}
@@ -267,7 +268,7 @@ class LaneClient:
             conn = self.connect(key)
         except OSError as exc:
             raise LaneClosed(f"cannot connect to the worker: {exc}") from None
-        with conn.lock:
+        with conn.send_lock:
             if conn.broken is not None:
                 raise conn.broken
             try:
