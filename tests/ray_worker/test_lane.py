@@ -81,6 +81,21 @@ def test_a_waiting_reader_does_not_hold_up_a_sender(echo_lane) -> None:
     assert got == ["a"] and second[0].result(10) == "b"  # type: ignore[attr-defined]
 
 
+def test_a_dropped_call_leaves_no_reply_behind(echo_lane) -> None:
+    import gc
+
+    worker, _, client = echo_lane
+    worker.release.clear()
+    dropped = client.call(0, "env_interact_step", np.zeros(10))
+    kept = client.call(0, "env_interact_step", "kept")
+    del dropped
+    gc.collect()
+    worker.release.set()
+    assert kept.result(10) == "kept"
+    conn = client.connect(0)
+    assert conn.stash == {} and conn.abandoned == set()
+
+
 def test_the_workers_own_exception_comes_back(echo_lane) -> None:
     _, _, client = echo_lane
     with pytest.raises(InvalidInputError, match="asked to raise"):

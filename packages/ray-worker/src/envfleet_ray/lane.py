@@ -201,6 +201,7 @@ class _Connection:
         self.sent = 0  # requests sent
         self.received = 0  # replies read
         self.stash: dict[int, tuple[str, Any]] = {}
+        self.abandoned: set[int] = set()  # calls dropped unread: their replies are discarded
         self.broken: LaneClosed | None = None
 
 
@@ -210,6 +211,15 @@ class LaneCall:
     def __init__(self, conn: _Connection, seq: int) -> None:
         self._conn = conn
         self._seq = seq
+        self._taken = False
+
+    def __del__(self) -> None:
+        # A call dropped without reading its reply (e.g. another worker's error ended the
+        # group's get()): its reply must not stay in the stash. No lock here (this may run
+        # inside result() of the same thread); the reader re-checks after storing.
+        if not self._taken:
+            self._conn.abandoned.add(self._seq)
+            self._conn.stash.pop(self._seq, None)
 
     def ready(self) -> bool:
         """Whether :meth:`result` would return (or raise) without waiting."""
@@ -237,9 +247,14 @@ class LaneCall:
                 except (OSError, LaneClosed, EOFError) as exc:
                     conn.broken = exc if isinstance(exc, LaneClosed) else LaneClosed(f"the lane broke: {exc}")
                     raise conn.broken from None
-                conn.stash[conn.received] = reply
+                seq = conn.received
                 conn.received += 1
+                conn.stash[seq] = reply
+                if seq in conn.abandoned:
+                    conn.abandoned.discard(seq)
+                    conn.stash.pop(seq, None)
             status, value = conn.stash.pop(self._seq)
+            self._taken = True
         if status == "err":
             raise value
         return value
