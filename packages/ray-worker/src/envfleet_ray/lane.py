@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 import os
 import pickle
 import secrets
@@ -100,7 +101,7 @@ def _wait_readable(sock: socket.socket, timeout: float | None) -> bool:
         return True
     poller = select.poll()
     poller.register(sock, select.POLLIN)
-    return bool(poller.poll(max(0, int(timeout * 1000))))
+    return bool(poller.poll(max(0, math.ceil(timeout * 1000))))
 
 
 # ---------------------------------------------------------------------- worker side
