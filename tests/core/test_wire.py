@@ -127,3 +127,22 @@ def test_recv_within_times_out_returns_ready_messages_and_reports_eof(pair) -> N
     left.close()
     with pytest.raises(EOFError):
         right.recv_within(1.0)
+
+
+def test_shard_obs_writer_copies_any_layout_and_checks_the_spec() -> None:
+    from envfleet.shard import _ObsWriter
+
+    buffers = {"img": np.zeros((2, 4, 4, 3), np.uint8), "state": np.zeros((2, 5), np.float32)}
+    writer = _ObsWriter(buffers)
+    img = np.random.default_rng(0).integers(0, 255, (2, 4, 4, 3), dtype=np.uint8)
+    state = np.asfortranarray(np.arange(10, dtype=np.float32).reshape(2, 5))  # not C-contiguous: numpy's copy
+    writer.write({"img": img, "state": state})
+    assert np.array_equal(buffers["img"], img) and np.array_equal(buffers["state"], state)
+    writer.write({"img": img[:, ::-1], "state": state})  # a reversed view
+    assert np.array_equal(buffers["img"], img[:, ::-1])
+    with pytest.raises(
+        RuntimeError, match=r"observation 'state': the env returned float64\[2, 5\], the observation_spec promised float32\[2, 5\]"
+    ):
+        writer.write({"img": img, "state": state.astype(np.float64)})
+    with pytest.raises(RuntimeError, match="the env returned observations \\['img'\\]"):
+        writer.write({"img": img})

@@ -661,7 +661,18 @@ class ProcessEnvManager:
             except (OSError, AssertionError):
                 pass  # dead already: handled as a crash below
         timeout = self.reset_timeout_s if cmd == "reset" else self.step_timeout_s
-        outcomes = self._collect(shards, timeout, on_ok=lambda shard: self._copy_obs(shard, obs))
+        # Byte views of the result arrays: a shard's part is then one memcpy per key, far less
+        # code than numpy's slice assignment. Released before returning, so that they do not
+        # count as holders of the arrays (see _RecyclingPool).
+        out = {key: (arr.data.cast("B"), arr.nbytes // self.num_envs) for key, arr in obs.items()}
+        try:
+            return self._await_all(cmd, shards, timeout, out)
+        finally:
+            for view, _ in out.values():
+                view.release()
+
+    def _await_all(self, cmd: str, shards: list[_Shard], timeout: float, out: dict[str, tuple[memoryview, int]]) -> tuple[set[int], float]:
+        outcomes = self._collect(shards, timeout, on_ok=lambda shard: self._copy_obs(shard, out))
         restarted: set[int] = set()
         first_error: Exception | None = None
         sim_s = 0.0
@@ -675,7 +686,7 @@ class ProcessEnvManager:
             else:
                 reply = self._restart(shard, f"{payload} during {cmd}")
                 restarted.add(shard.index)
-                self._copy_obs(shard, obs)
+                self._copy_obs(shard, out)
                 if reply is not None:  # None: never reset, so _launch's empty reply stands
                     self._absorb(shard, reply)
         if first_error is not None:
@@ -740,10 +751,13 @@ class ProcessEnvManager:
         return {k: self._obs_pool.take(k, (self.num_envs, *s.shape), s.dtype) for k, s in self.obs_spec.items()}
 
     @staticmethod
-    def _copy_obs(shard: _Shard, out: dict[str, np.ndarray]) -> None:
+    def _copy_obs(shard: _Shard, out: dict[str, tuple[memoryview, int]]) -> None:
+        """Copy a shard's observations into the result: ``out`` maps each key to (its bytes, bytes per env)."""
         assert shard.block is not None
-        for key, view in shard.block.arrays.items():
-            out[key][shard.env_slice] = view
+        start = shard.env_slice.start
+        for key, src in shard.block.bytes.items():
+            dest, per_env = out[key]
+            dest[start * per_env : start * per_env + src.nbytes] = src
 
     def _merge_replies(
         self, restarted: set[int], kind: str, chunk: int = 0

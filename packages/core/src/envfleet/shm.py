@@ -78,12 +78,17 @@ class ShmBlock:
         # If this process is killed before close(), the detached janitor unlinks the segment.
         janitor.register(self.name)
         self.arrays = layout.views(self._shm.buf)
+        # The same memory as flat bytes, for plain memcpy copies (see ProcessEnvManager._copy_obs).
+        self.bytes = {key: arr.data.cast("B") for key, arr in self.arrays.items()}
 
     def close(self) -> None:
         """Drop the mapping and unlink the segment. Safe to call twice."""
         shm, self._shm = self._shm, None
         if shm is None:
             return
+        for view in self.bytes.values():
+            view.release()
+        self.bytes = {}
         self.arrays = {}
         try:
             shm.close()

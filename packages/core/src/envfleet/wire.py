@@ -212,13 +212,14 @@ class ArrayPacker:
     def pack(self, num_envs: int, infos: dict[str, Any], flags: tuple[np.ndarray, ...] = ()) -> tuple[Fields | None, bytes, dict[str, Any]]:
         """Pack ``flags`` (rewards, terminations, truncations, or none) and ``infos`` of ``num_envs`` envs."""
         if self._names is not None and tuple(infos) == self._names:
-            # The usual step: the same arrays as last time, with new values.
+            # The usual step: the same arrays as last time, with new values. bytes.join reads
+            # each array's buffer directly (one C loop instead of a tobytes() per array) and
+            # refuses anything that is not a C-contiguous buffer, which then takes the slow path.
             values = [*flags, *infos.values()]
             try:
                 if [v.dtype for v in values] == self._dtypes and [v.shape for v in values] == self._shapes:
-                    if all(type(v) is np.ndarray for v in values):
-                        return None, b"".join([v.tobytes() for v in values]), {}
-            except AttributeError:  # a value that is not an array
+                    return None, b"".join(values), {}
+            except (AttributeError, TypeError):  # a value that is not an array, or not contiguous
                 pass
         return self._pack_slow(num_envs, infos, flags)
 
