@@ -355,3 +355,28 @@ def test_validate_actions_accepts_huge_finite_values_and_names_the_bad_one() -> 
         acts[1, 2, 5] = bad
         with pytest.raises(InvalidInputError, match=r"actions\[1, 2, 5\] is"):
             validate_actions(acts, 2, 3, 7)
+
+
+@pytest.mark.parametrize("per_process", [1, 2], ids=["one-env-shards", "uneven-shards"])
+def test_each_env_gets_its_own_actions_and_returns_its_own_observations(no_leaks, per_process: int) -> None:
+    # The same envs stepped in this process are the reference: every env of every shard must
+    # get its own row of actions and hand back its own images, rewards and infos.
+    from envfleet.env import EnvContext
+    from envfleet_toy.env import ToyEnv
+
+    n, chunk = 5, 4
+    cfg = make_cfg(num_envs=n, chunk=chunk, envs_per_process=per_process)
+    reference = ToyEnv(cfg.train, EnvContext(num_envs=n, action_dim=7, num_action_chunks=chunk))
+    ids = np.array([3, 14, 7, 22, 9])
+    with ProcessEnvManager(cfg) as mgr:
+        mgr.reset_envs_to_state_ids(ids)
+        reference.reset_envs_to_state_ids(ids)
+        for seed in range(3):
+            acts = actions(n=n, chunk=chunk, seed=seed)
+            got, want = mgr.chunk_step(acts), reference.chunk_step(acts)
+            for key in want.obs:
+                assert np.array_equal(got.obs[key], want.obs[key]), key
+            assert np.array_equal(got.rewards, want.rewards) and np.array_equal(got.truncations, want.truncations)
+            for key in ("state_id", "episode_length", "success_once"):
+                assert np.array_equal(got.infos[key], want.infos[key]), key
+    reference.close()

@@ -440,9 +440,12 @@ class ProcessEnvManager:
             actions = validate_actions(actions, self.num_envs, self.num_action_chunks, self.action_dim)
             chunk = actions.shape[1]
             t0 = time.perf_counter()
-            # Raw bytes pickle several times faster than a numpy array.
+            # Raw bytes pickle several times faster than a numpy array; each shard gets a slice.
+            raw, row = actions.tobytes(), actions[0].nbytes
             obs = self._new_obs()
-            restarted, sim_s = self._call_all("step", lambda s: (actions[s.env_slice].tobytes(), actions[s.env_slice].shape), obs)
+            restarted, sim_s = self._call_all(
+                "step", lambda s: (raw[s.env_slice.start * row : s.env_slice.stop * row], (s.num_envs, *actions.shape[1:])), obs
+            )
             flags, infos, descriptions = self._merge_replies(restarted, "step", chunk)
             result = ChunkStepResult(
                 obs=obs,

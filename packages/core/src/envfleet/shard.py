@@ -153,7 +153,7 @@ class _Server:
 
     def step(self, msg: tuple[bytes, tuple[int, ...]]) -> tuple[Any, ...]:
         raw, shape = msg
-        result = self.env.chunk_step(np.frombuffer(raw, dtype=np.float32).reshape(shape))
+        result = self.env.chunk_step(np.ndarray(shape, _F32, raw))  # read-only, over the message's bytes
         self.writer.write(result.obs)  # type: ignore[union-attr]
         flags = (_as(result.rewards, _F32), _as(result.terminations, _BOOL), _as(result.truncations, _BOOL))
         return self._reply(result.task_descriptions, result.infos, flags)
