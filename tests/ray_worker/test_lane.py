@@ -113,8 +113,10 @@ def test_only_listed_methods_are_served(echo_lane) -> None:
 def test_a_wrong_token_is_refused(echo_lane) -> None:
     _, server, client = echo_lane
     stranger = LaneClient(server.address, b"x" * len(server.token))
-    with pytest.raises(LaneClosed):
-        stranger.call(0, "env_interact_step", 1).result(10)
+    with pytest.raises(ConnectionRefusedError, match="refused the lane"):
+        stranger.connect(0)  # refused at once: the group then uses Ray's path
+    with pytest.raises(LaneClosed, match="cannot connect"):
+        stranger.call(0, "env_interact_step", 1)
     stranger.close()
     assert client.call(0, "env_interact_step", 2).result(10) == 2
 
@@ -196,13 +198,21 @@ def test_lane_and_ray_paths_give_the_same_steps(local_ray) -> None:  # noqa: F81
         assert laned.env_interact_step(_step_data(0, 5, N)).get().batch["rews"].shape == (N, CHUNK)
 
 
-def test_workers_on_another_node_use_ray(local_ray) -> None:  # noqa: F811
+def test_workers_on_another_node_or_refusing_use_ray(local_ray, monkeypatch) -> None:  # noqa: F811
     with EnvWorkerGroup(cfg(), num_workers=1) as g:
         info = g.node_info()[0]
         assert info["node_id"] == ray.get_runtime_context().get_node_id()
         assert g.lane_ranks == [0]
-        g.nodes[0] = {**g.nodes[0], "node_id": "elsewhere"}
+        here = g.nodes[0]
+        g.nodes[0] = {**here, "node_id": "elsewhere"}
         assert g._open_lane(0) is None  # a worker on another node gets no lane
+        g.nodes[0] = here
+
+        def refuse(self: LaneClient, key: object) -> None:
+            raise ConnectionRefusedError("the worker refused the lane")
+
+        monkeypatch.setattr(LaneClient, "connect", refuse)
+        assert g._open_lane(0) is None  # e.g. the driver runs as another user: Ray's path
 
 
 @pytest.mark.parametrize("local_lane", [True, False], ids=["lane", "ray-task-path"])

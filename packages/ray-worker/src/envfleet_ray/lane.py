@@ -9,7 +9,9 @@ actor; only the step's data takes the shorter road.
 
 - The socket lives in the abstract namespace (no file to leave behind; it goes away
   with the process). A connection must come from the same user (``SO_PEERCRED``)
-  and present the 32-byte token the worker handed out through Ray.
+  and present the 32-byte token the worker handed out through Ray; the worker
+  confirms with one byte, so that a refused lane fails at connection time and the
+  group uses Ray's path instead.
 - A message is a pickle (protocol 5) whose large buffers travel out of band: they
   are written with one ``sendmsg`` and read into fresh ``bytearray`` objects, so a
   received array is writable and was copied only by the kernel.
@@ -43,6 +45,8 @@ _LEN = struct.Struct("!Q")
 _TOKEN_BYTES = 32
 _OOB_MIN = 1 << 16  # buffers smaller than this stay inside the pickle
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
+_ACK = b"\x01"
+_HANDSHAKE_S = 30.0
 
 #: The worker methods a lane may call.
 LANE_METHODS = frozenset({"env_interact_step"})
@@ -142,6 +146,7 @@ class LaneServer:
         if not hmac.compare_digest(token, self.token):
             log.warning("lane: refused a connection with a wrong token")
             return False
+        conn.sendall(_ACK)
         return True
 
     def _serve(self, conn: socket.socket) -> None:
@@ -196,7 +201,18 @@ class _Connection:
     def __init__(self, address: str, token: bytes) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(address)
-        self.sock.sendall(token)
+        # The worker answers the token with one byte once it has admitted the connection, so
+        # that a refusal (another user, a wrong token) shows here, as an OSError, and the group
+        # falls back to Ray's path instead of taking the closed lane for a dead worker.
+        self.sock.settimeout(_HANDSHAKE_S)
+        try:
+            self.sock.sendall(token)
+            if self.sock.recv(1) != _ACK:
+                raise ConnectionRefusedError("the worker refused the lane")
+        except BaseException:
+            self.sock.close()
+            raise
+        self.sock.settimeout(None)
         self.send_lock = threading.Lock()  # guards sent and the socket's write side
         self.lock = threading.Lock()  # guards received, stash and the socket's read side
         self.sent = 0  # requests sent
