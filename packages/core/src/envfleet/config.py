@@ -86,9 +86,7 @@ class EnvConfig:
     settle_steps: int = 10  # no-op steps after a reset, before the first observation
     step_timeout_s: float = 120.0  # a shard that takes longer for one call is killed and rebuilt
     start_timeout_s: float = 300.0  # deadline for a shard to build its simulator
-    reset_timeout_s: float | None = (
-        None  # deadline for a reset or a state restore (either may build a scene); null: the larger of the two above
-    )
+    reset_timeout_s: float | None = None  # deadline for a reset or state restore (may build a scene); null: the larger of the two above
     max_restarts: int = 3  # restarts of one shard allowed within restart_window_s
     restart_window_s: float = 600.0  # window over which restarts are counted
     init_params: InitParamsConfig = field(default_factory=InitParamsConfig)

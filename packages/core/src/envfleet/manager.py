@@ -286,7 +286,7 @@ class ProcessEnvManager:
         self.start_timeout_s = float(self.env_cfg.start_timeout_s)
         # A reset may build a new scene (LIBERO does, for another task), which can take as
         # long as a start on a loaded machine: it gets a deadline of its own.
-        reset_timeout = self.env_cfg.get("reset_timeout_s")
+        reset_timeout = self.env_cfg.reset_timeout_s
         self.reset_timeout_s = float(reset_timeout) if reset_timeout is not None else max(self.step_timeout_s, self.start_timeout_s)
         self.max_restarts = int(self.env_cfg.max_restarts)
         self.restart_window_s = float(self.env_cfg.restart_window_s)

@@ -226,34 +226,25 @@ class ArrayPacker:
     def _pack_slow(
         self, num_envs: int, infos: dict[str, Any], flags: tuple[np.ndarray, ...]
     ) -> tuple[Fields | None, bytes, dict[str, Any]]:
-        signature: list[Any] = [len(flags)]
-        raws = []
-        for arr in flags:
-            signature.append(arr.dtype)
-            signature.append(arr.shape)
-            raws.append(arr.tobytes())
+        names = list(self._FLAG_NAMES[: len(flags)])
+        arrays = list(flags)
         others: dict[str, Any] = {}
         for name, value in infos.items():
             arr = value if type(value) is np.ndarray else np.asarray(value)
             if arr.dtype.kind in "biuf" and arr.ndim and arr.shape[0] == num_envs:
-                signature.append(name)
-                signature.append(arr.dtype)
-                signature.append(arr.shape)
-                raws.append(arr.tobytes())
+                names.append("i." + name)
+                arrays.append(arr)
             else:
                 others[name] = value
-        key = tuple(signature)
+        dtypes = [arr.dtype for arr in arrays]
+        shapes = [arr.shape for arr in arrays]
+        raws = [arr.tobytes() for arr in arrays]
+        key = (tuple(names), tuple(dtypes), tuple(shapes))
         fields = None
         if key != self._sent:
             self._sent = key
-            names = [*self._FLAG_NAMES[: len(flags)], *("i." + name for name in key[1 + 2 * len(flags) :: 3])]
-            dtypes = [*key[1 : 1 + 2 * len(flags) : 2], *key[2 + 2 * len(flags) :: 3]]
-            shapes = [*key[2 : 1 + 2 * len(flags) : 2], *key[3 + 2 * len(flags) :: 3]]
             fields = tuple((name, dtype.str, shape[1:]) for name, dtype, shape in zip(names, dtypes, shapes))
-        if others or len(raws) != len(flags) + len(infos):
-            self._names = None
-        else:
-            self._names = tuple(infos)
-            self._dtypes = [*key[1 : 1 + 2 * len(flags) : 2], *key[2 + 2 * len(flags) :: 3]]
-            self._shapes = [*key[2 : 1 + 2 * len(flags) : 2], *key[3 + 2 * len(flags) :: 3]]
+        # Every info packed (none among the others): the next call may take the fast path.
+        self._names = None if others else tuple(infos)
+        self._dtypes, self._shapes = dtypes, shapes
         return fields, b"".join(raws), others

@@ -40,8 +40,7 @@ __all__ = ["LaneServer", "LaneClient", "LaneClosed"]
 
 log = logging.getLogger(__name__)
 
-_HEAD = struct.Struct("!QI")  # pickle length, number of out-of-band buffers
-_LEN = struct.Struct("!Q")
+_HEAD = struct.Struct("!QI")  # pickle length, number of out-of-band buffers; then one !Q length per buffer
 _TOKEN_BYTES = 32
 _OOB_MIN = 1 << 16  # buffers smaller than this stay inside the pickle
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
@@ -69,15 +68,15 @@ def _send(sock: socket.socket, obj: Any) -> None:
 
     body = pickle.dumps(obj, protocol=5, buffer_callback=oob)
     raws = [b.raw() for b in buffers]
-    head = _HEAD.pack(len(body), len(raws)) + b"".join(_LEN.pack(r.nbytes) for r in raws)
-    parts: list[Any] = [head, body, *raws]
+    head = _HEAD.pack(len(body), len(raws)) + struct.pack(f"!{len(raws)}Q", *(r.nbytes for r in raws))
+    parts = [memoryview(head), memoryview(body), *raws]
     while parts:
         sent = sock.sendmsg(parts)
-        while parts and sent >= memoryview(parts[0]).nbytes:
-            sent -= memoryview(parts[0]).nbytes
+        while parts and sent >= parts[0].nbytes:
+            sent -= parts[0].nbytes
             parts.pop(0)
         if sent:
-            parts[0] = memoryview(parts[0])[sent:]
+            parts[0] = parts[0][sent:]
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:
@@ -94,7 +93,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytearray:
 
 def _recv(sock: socket.socket) -> Any:
     body_len, nbuf = _HEAD.unpack(_recv_exact(sock, _HEAD.size))
-    sizes = [_LEN.unpack_from(b)[0] for b in (_recv_exact(sock, _LEN.size) for _ in range(nbuf))]
+    sizes = struct.unpack(f"!{nbuf}Q", _recv_exact(sock, 8 * nbuf))
     body = _recv_exact(sock, body_len)
     buffers = [_recv_exact(sock, size) for size in sizes]
     return pickle.loads(body, buffers=buffers)
