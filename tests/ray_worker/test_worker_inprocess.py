@@ -145,17 +145,62 @@ def test_empty_batch_rejected(worker) -> None:
         )
 
 
-def test_helpers() -> None:
+def test_put_tensor_cpu_works_in_place_like_the_seeds() -> None:
     t = torch.arange(6).reshape(2, 3).t()
-    out = put_tensor_cpu({"a": t, "b": 1, "c": {"d": t}})
-    assert out["a"].is_contiguous() and out["b"] == 1 and out["c"]["d"].is_contiguous()
+    inner = {"d": t, "e": "x"}
+    d = {"a": t, "b": 1, "c": inner}
+    out = put_tensor_cpu(d)
+    assert out is d and d["c"] is inner  # the same dicts, updated in place
+    assert d["a"].is_contiguous() and d["c"]["d"].is_contiguous() and d["b"] == 1 and inner["e"] == "x"
+    assert torch.equal(d["a"], t)
+
+
+def _arrays(n: int = 2) -> dict[str, np.ndarray]:
+    return {
+        "full_image": np.full((n, 4, 4, 3), 7, np.uint8),
+        "wrist_image": np.full((n, 4, 4, 3), 9, np.uint8),
+        "state": np.ones((n, 8), np.float32),
+    }
+
+
+def _flags(n: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.zeros((n, 3), np.float32), np.zeros((n, 3), bool), np.zeros((n, 3), bool)
+
+
+def test_create_env_batch_dataproto_takes_the_seeds_layout() -> None:
+    seed = create_env_batch_dataproto({"images_and_states": _arrays(), "task_descriptions": ["a", "b"]}, *_flags(), {})
+    flat = create_env_batch_dataproto({**_arrays(), "task_descriptions": ["a", "b"]}, *_flags(), {})
+    assert sorted(seed.batch.keys()) == ["full_image", "rews", "state", "terminations", "truncations", "wrist_image"]
+    for key in ("full_image", "wrist_image", "state"):
+        assert torch.equal(seed.batch[key], flat.batch[key])
+    assert seed.non_tensor_batch["task_descriptions"].tolist() == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("obs", "fragment"),
+    [
+        ({"images": _arrays(), "task_descriptions": ["a", "b"]}, "obs has keys ['images', 'task_descriptions']: expected"),
+        ({"images_and_states": {**_arrays(), "depth": np.zeros((2, 4, 4))}}, "['depth'] unknown, expected some of"),
+        ({"images_and_states": _arrays(), "extra": 1}, "obs has keys ['extra', 'images_and_states']"),
+        ({"images_and_states": [1, 2]}, "(the seed's layout)"),
+        ({"task_descriptions": ["a", "b"]}, "obs has keys ['task_descriptions']: expected"),
+    ],
+    ids=["unknown-top-key", "unknown-nested-key", "extra-beside-nested", "nested-not-a-mapping", "no-observation"],
+)
+def test_create_env_batch_dataproto_rejects_an_unknown_layout(obs, fragment) -> None:
+    with pytest.raises(InvalidInputError) as err:
+        create_env_batch_dataproto(obs, *_flags(), {})
+    assert fragment in str(err.value)
+
+
+def test_create_env_batch_dataproto_infos() -> None:
     d = create_env_batch_dataproto(
         {"full_image": np.zeros((2, 4, 4, 3), np.uint8), "state": np.zeros((2, 8), np.float32), "task_descriptions": ["a", "b"]},
-        np.zeros((2, 3), np.float32),
-        np.zeros((2, 3), bool),
-        np.zeros((2, 3), bool),
+        *_flags(),
         {"names": np.array(["x", "y"], dtype=object), "rews": np.ones(2)},
+        {"stage_id": 1},
     )
     assert "wrist_image" not in d.batch.keys()
     assert d.non_tensor_batch["names"].tolist() == ["x", "y"]
     assert d.batch["info_rews"].tolist() == [1.0, 1.0]  # a clashing info name is kept, prefixed
+    assert d.meta_info == {"stage_id": 1}

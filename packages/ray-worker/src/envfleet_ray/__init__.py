@@ -6,8 +6,9 @@ unless an address is given).
 
 from __future__ import annotations
 
+from .batch import create_env_batch_dataproto, put_tensor_cpu
 from .cluster import init_ray
-from .worker import EnvWorker, create_env_batch_dataproto, put_tensor_cpu
+from .worker import EnvWorker
 
 __version__ = "0.1.0"
 

@@ -25,7 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from envfleet.config import load_config
@@ -34,69 +33,9 @@ from envfleet.env import ResetResult
 from envfleet.errors import InvalidInputError
 from envfleet.manager import ProcessEnvManager
 
+from .batch import OBS_KEYS, create_env_batch_dataproto, put_tensor_cpu
+
 __all__ = ["EnvWorker", "put_tensor_cpu", "create_env_batch_dataproto", "OBS_KEYS"]
-
-OBS_KEYS = ("full_image", "wrist_image", "state")
-_RESERVED = {"full_image", "wrist_image", "state", "rews", "terminations", "truncations", "task_descriptions"}
-
-
-def put_tensor_cpu(d: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``d`` with every tensor moved to CPU and made contiguous (others unchanged)."""
-    out: dict[str, Any] = {}
-    for key, value in d.items():
-        if isinstance(value, torch.Tensor):
-            out[key] = value.detach().cpu().contiguous()
-        elif isinstance(value, Mapping):
-            out[key] = put_tensor_cpu(value)
-        else:
-            out[key] = value
-    return out
-
-
-def _as_column(value: Any) -> Any:
-    # A numpy array stays one (the DataProto makes it a tensor over the same memory when
-    # .batch is read); a tensor is moved to CPU.
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().contiguous()
-    return np.ascontiguousarray(value)
-
-
-def create_env_batch_dataproto(
-    obs: Mapping[str, Any],
-    rews: Any,
-    terminations: Any,
-    truncations: Any,
-    infos: Mapping[str, Any] | None = None,
-    meta: Mapping[str, Any] | None = None,
-) -> DataProto:
-    """Build the DataProto a chunk step returns.
-
-    Tensors: ``full_image``, ``wrist_image`` (when present), ``state``, ``rews``,
-    ``terminations``, ``truncations`` and every numeric info; non-tensors:
-    ``task_descriptions`` (from ``obs["task_descriptions"]``) and every non-numeric
-    info. An info whose name clashes with those is stored as ``info_<name>``.
-    Numpy inputs are not copied: the tensors share their memory.
-    """
-    tensors: dict[str, Any] = {}
-    non_tensors: dict[str, Any] = {}
-    for key in OBS_KEYS:
-        if key in obs and obs[key] is not None:
-            tensors[key] = _as_column(obs[key])
-    if "task_descriptions" in obs:
-        descriptions = np.empty(len(obs["task_descriptions"]), dtype=object)
-        descriptions[:] = list(obs["task_descriptions"])
-        non_tensors["task_descriptions"] = descriptions
-    tensors["rews"] = _as_column(rews)
-    tensors["terminations"] = _as_column(terminations)
-    tensors["truncations"] = _as_column(truncations)
-    for key, value in (infos or {}).items():
-        name = f"info_{key}" if key in _RESERVED else key
-        arr = value if isinstance(value, torch.Tensor) else np.asarray(value)
-        if isinstance(arr, torch.Tensor) or arr.dtype.kind in "biuf":
-            tensors[name] = _as_column(arr)
-        else:
-            non_tensors[name] = arr
-    return DataProto.from_arrays(tensors, non_tensors, dict(meta or {}))
 
 
 class _Metrics:
@@ -248,8 +187,8 @@ class EnvWorker:
         """Step one stage with ``data.non_tensor_batch["actions"]`` ``[n, chunk, action_dim]``.
 
         ``data.meta_info["stage_id"]`` picks the stage; the result is
-        :func:`create_env_batch_dataproto` of the chunk, with ``meta_info`` carrying
-        ``stage_id`` and ``rank``.
+        :func:`~envfleet_ray.batch.create_env_batch_dataproto` of the chunk, with
+        ``meta_info == {"stage_id": stage_id}``.
         """
         t0 = time.perf_counter()
         if not isinstance(data, DataProto):
