@@ -48,6 +48,7 @@ class ToyEnv(Env):
         self.num_tasks = int(tc.num_tasks)
         self.states_per_task = int(tc.states_per_task)
         self.step_cost_s = float(tc.step_cost_s)
+        self.step_sleep_s = float(tc.step_sleep_s)
         self.raise_on_step = int(tc.raise_on_step)
         self.frozen = bool(tc.frozen)
         self._frozen_result: ChunkStepResult | None = None
@@ -121,6 +122,8 @@ class ToyEnv(Env):
         if actions.ndim != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != self.action_dim:
             raise InvalidInputError(f"actions must have shape [{self.num_envs}, chunk, {self.action_dim}], got {list(actions.shape)}")
         chunk = actions.shape[1]
+        if self.step_sleep_s > 0:
+            time.sleep(self.step_sleep_s)
         if self.frozen:
             return self._frozen_step(chunk)
         t = self.tracker

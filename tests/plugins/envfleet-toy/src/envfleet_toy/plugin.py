@@ -23,6 +23,7 @@ class ToyConfig:
     num_tasks: int = 3  # distinct goals (colours); task t has states_per_task fixed initial states
     states_per_task: int = 10  # fixed initial states per task
     step_cost_s: float = 0.0  # busy-wait per env per sub-step, to stand in for a slow simulator
+    step_sleep_s: float = 0.0  # sleep once per chunk_step, to stand in for a simulator that waits on a device (no CPU used)
     envs_per_process: int = 1  # envs that share one shard process
     raise_on_step: int = -1  # test hook: raise inside the N-th chunk_step (0-based); -1 never
     raise_in_constructor: bool = False  # test hook: raise while building the env
