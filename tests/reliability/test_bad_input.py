@@ -17,6 +17,8 @@ from envfleet_ray.cli import main as cli_main
 from envfleet_ray.group import EnvWorkerGroup
 from envfleet_ray.policies import load_policy
 
+from .bad_inputs import RESET, WORKER_CASES, BadInput
+
 N, S, CHUNK = 2, 2, 4
 OVERRIDES = ["train.simulator_type=toy", f"train.num_envs={N}", f"rollout.pipeline_stage_num={S}", f"actor.model.num_action_chunks={CHUNK}"]
 
@@ -50,18 +52,6 @@ def step(stage: object = 0, actions: object = None, **meta: object) -> DataProto
     return DataProto.from_dict(non_tensors={"actions": acts() if actions is None else actions}, meta_info={"stage_id": stage, **meta})
 
 
-def nan_actions() -> np.ndarray:
-    a = acts()
-    a[1, 2, 3] = np.nan
-    return a
-
-
-def inf_actions() -> np.ndarray:
-    a = acts()
-    a[0, 0, 6] = -np.inf
-    return a
-
-
 # (id, layer, call, exception type, message fragment)
 GROUP_CASES = [
     (
@@ -82,52 +72,31 @@ GROUP_CASES = [
         InvalidInputError,
         "= 1 * 2 * 2 = 4",
     ),
-    (
-        "worker-stage-out-of-range",
-        lambda g: g.env_interact_step(step(stage=2)).get(),
-        InvalidInputError,
-        "out of range: this worker has stages 0..1",
-    ),
-    ("worker-stage-negative", lambda g: g.env_interact_step(step(stage=-1)).get(), InvalidInputError, "out of range"),
-    ("worker-stage-not-int", lambda g: g.env_interact_step(step(stage=1.5)).get(), InvalidInputError, "must be an int in [0, 2)"),
-    ("worker-stage-str", lambda g: g.env_interact_step(step(stage="1")).get(), InvalidInputError, "must be an int"),
-    ("worker-actions-shape", lambda g: g.env_interact_step(step(actions=acts(chunk=3))).get(), InvalidInputError, "got [2, 3, 7]"),
-    ("worker-actions-dim", lambda g: g.env_interact_step(step(actions=acts(dim=6))).get(), InvalidInputError, "action_dim=7"),
-    ("worker-actions-int", lambda g: g.env_interact_step(step(actions=acts(dtype=np.int64))).get(), InvalidInputError, "float dtype"),
-    ("worker-actions-nan", lambda g: g.env_interact_step(step(actions=nan_actions())).get(), InvalidInputError, "actions[1, 2, 3] is nan"),
-    ("worker-actions-inf", lambda g: g.env_interact_step(step(actions=inf_actions())).get(), InvalidInputError, "actions[0, 0, 6] is -inf"),
-    (
-        "worker-no-actions",
-        lambda g: g.env_interact_step(DataProto.from_dict(non_tensors={"action": acts()}, meta_info={"stage_id": 0})).get(),
-        InvalidInputError,
-        "no 'actions'",
-    ),
-    (
-        "worker-unknown-state-id",
-        lambda g: g.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": np.array([0, 1, 2, 999])})).get(),
-        InvalidInputError,
-        "state id 999",
-    ),
-    (
-        "worker-task-mismatch",
-        lambda g: g.reset_envs_to_state_ids(
-            DataProto.from_dict(non_tensors={"state_ids": np.array([0, 1, 2, 15]), "task_ids": np.array([0, 0, 0, 0])})
-        ).get(),
-        InvalidInputError,
-        "task id 0 does not match state id 15",
-    ),
-    ("worker-bad-mode", lambda g: g.env_interact_step(step(mode="eval")).get(), InvalidInputError, "mode must be 'train' or 'val'"),
 ]
 
 
 @pytest.mark.parametrize(("case", "call", "exc", "fragment"), GROUP_CASES, ids=[c[0] for c in GROUP_CASES])
-def test_worker_and_group(group, case, call, exc, fragment) -> None:
+def test_group(group, case, call, exc, fragment) -> None:
     with pytest.raises(exc) as err:
         call(group)
     assert fragment in str(err.value)
-    for stage in range(S):  # the same worker still steps both stages correctly
+    still_steps(group)
+
+
+def still_steps(group) -> None:
+    """The same worker still steps both stages correctly."""
+    for stage in range(S):
         out = group.env_interact_step(step(stage=stage)).get()
         assert out.batch["rews"].shape == (N, CHUNK) and not out.batch["sim_restarted"].any()
+
+
+@pytest.mark.parametrize("case", WORKER_CASES, ids=[c.id for c in WORKER_CASES])
+def test_worker(group, case: BadInput) -> None:
+    data = DataProto.from_dict(non_tensors=case.columns(N * S if case.method == RESET else N, CHUNK), meta_info=case.meta)
+    with pytest.raises(case.error) as err:
+        getattr(group, case.method)(data).get()
+    assert case.fragment in str(err.value)
+    still_steps(group)
 
 
 MANAGER_CASES = [
