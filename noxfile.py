@@ -1,4 +1,4 @@
-"""nox sessions: tests, tests-isaac, lint, typecheck, demo, bench, chaos, docs.
+"""nox sessions: tests, tests-verl, tests-isaac, lint, typecheck, demo, bench, chaos, docs.
 
 Every session installs from the pinned files in requirements/, so a fresh machine
 gets the same versions. System packages (EGL/OSMesa for rendering) come from
@@ -15,7 +15,7 @@ import nox
 
 nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["lint", "typecheck", "tests", "tests-isaac", "docs"]
+nox.options.sessions = ["lint", "typecheck", "tests", "tests-verl", "tests-isaac", "docs"]
 
 PY311 = "3.11"
 
@@ -34,11 +34,14 @@ PY312 = _python312()
 
 PACKAGES = ["packages/core", "packages/ray-worker", "packages/backend-libero"]
 TEST_PLUGINS = ["tests/plugins/envfleet-toy", "tests/plugins/envfleet-broken"]
+VERL_LOCK = "requirements/verl-py311.txt"
 RENDER_ENV = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
 
 
-def _install_project(session: nox.Session, extra: list[str] | None = None) -> None:
-    session.install("-r", "requirements/py311.txt")
+def _install_project(session: nox.Session, extra: list[str] | None = None, lock: str = "requirements/py311.txt") -> None:
+    # The verl lock is complete and installed without resolving: verl's declared dependencies
+    # (datasets, peft, wandb, ...) are not needed for its single controller and DataProto.
+    session.install(*(["--no-deps"] if lock == VERL_LOCK else []), "-r", lock)
     # Dependencies come from the pins above; the project itself is installed without resolving again.
     args = []
     for path in [*PACKAGES, *TEST_PLUGINS, *(extra or [])]:
@@ -50,7 +53,16 @@ def _install_project(session: nox.Session, extra: list[str] | None = None) -> No
 def tests(session: nox.Session) -> None:
     """Everything that runs on Python 3.11 (core, toy, ray-worker, LIBERO, reliability)."""
     _install_project(session)
-    args = session.posargs or ["tests", "--ignore=tests/isaac"]
+    args = session.posargs or ["tests", "--ignore=tests/isaac", "--ignore=tests/verl"]
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
+
+
+@nox.session(name="tests-verl", python=PY311)
+def tests_verl(session: nox.Session) -> None:
+    """envfleet's worker in verl's own trainer machinery (verl 0.9.1), and the core and
+    ray-worker tests again on verl's pins (tensordict 0.10)."""
+    _install_project(session, lock=VERL_LOCK)
+    args = session.posargs or ["tests/verl", "tests/core", "tests/ray_worker"]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
 
 
