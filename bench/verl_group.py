@@ -1,0 +1,168 @@
+"""A step through verl's RayWorkerGroup against envfleet's own EnvWorkerGroup (run in the venv of
+`nox -s tests-verl`, which has verl 0.9.1; `bench/run.py verl` starts it and writes the section).
+
+Prints one JSON object: ``{"rows": [...], "ray_noop_ms": ...}``.
+
+    python bench/verl_group.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import ray
+from omegaconf import OmegaConf
+from verl import DataProto as VerlDataProto
+from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+
+from envfleet.config import load_config
+from envfleet.dataproto import DataProto
+from envfleet.plugins import list_backends
+from envfleet_ray import init_ray
+from envfleet_ray.group import EnvWorkerGroup
+from envfleet_ray.verl import EnvWorker
+
+ROUNDS = 5
+
+
+def batches(fn: Any, repeat: int) -> float:
+    """Seconds per call of ``fn`` over ``repeat`` calls."""
+    t0 = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - t0) / repeat
+
+
+def env_section(overrides: list[str]) -> Any:
+    """verl's ``config.env`` for these envfleet overrides (envfleet validates them first)."""
+    cfg = load_config(overrides=overrides)
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(plain, dict)
+    plain.pop("val")
+    return OmegaConf.create({"env": plain}).env
+
+
+def verl_env_group(env: Any, workers: int) -> RayWorkerGroup:
+    """The Env role as verl's trainer makes it, in a resource pool of its own."""
+    pool = RayResourcePool(process_on_nodes=[workers], use_gpu=False, max_colocate_count=1)
+    return RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(ray.remote(EnvWorker), config=env), device_name="cpu")
+
+
+def step_cost(label: str, overrides: list[str], repeat: int) -> dict[str, Any]:
+    """One stage stepped through each group, both up at once and timed in alternating batches."""
+    env = env_section(overrides)
+    n, chunk = int(env.train.num_envs), int(env.actor.model.num_action_chunks)
+    ours = EnvWorkerGroup(load_config(overrides=overrides), num_workers=1)
+    theirs = verl_env_group(env, 1)
+    try:
+        ours.init_worker()
+        ours.init_simulator()
+        theirs.init_worker()
+        theirs.init_simulator()
+        ids = np.arange(n)
+        ours.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": ids})).get()
+        theirs.reset_envs_to_state_ids(VerlDataProto.from_dict(non_tensors={"state_ids": ids})).get()
+        actions = np.zeros((n, chunk, 7), np.float32)
+        ours_data = DataProto.from_dict(non_tensors={"actions": actions}, meta_info={"stage_id": 0})
+        theirs_data = VerlDataProto.from_dict(non_tensors={"actions": actions}, meta_info={"stage_id": 0})
+
+        def ours_step() -> Any:
+            return ours.env_interact_step(ours_data).get().batch
+
+        def theirs_step() -> Any:
+            return theirs.env_interact_step(theirs_data).get().batch
+
+        for fn in (ours_step, theirs_step):
+            batches(fn, 2)
+        t_ours, t_theirs = [], []
+        for _ in range(ROUNDS):
+            t_ours.append(batches(ours_step, repeat))
+            t_theirs.append(batches(theirs_step, repeat))
+        a, b = float(np.median(t_ours)), float(np.median(t_theirs))
+    finally:
+        theirs.close()
+        ours.shutdown()
+        for worker in theirs.workers:
+            ray.kill(worker)
+    return {
+        "case": label,
+        "envfleet's group (ms)": a * 1e3,
+        "verl's group (ms)": b * 1e3,
+        "added (ms)": (b - a) * 1e3,
+        "added (%)": (b / a - 1) * 100,
+    }
+
+
+def overlap(label: str, overrides: list[str], repeat: int) -> dict[str, Any]:
+    """Two stages of one worker submitted together, against one stage alone, through each group."""
+    env = env_section(overrides)
+    chunk = int(env.actor.model.num_action_chunks)
+    ours = EnvWorkerGroup(load_config(overrides=overrides), num_workers=1)
+    theirs = verl_env_group(env, 1)
+    out: dict[str, Any] = {"case": label}
+    try:
+        for name, group, proto in (("envfleet", ours, DataProto), ("verl", theirs, VerlDataProto)):
+            group.init_worker()
+            group.init_simulator()
+            group.reset_envs_to_state_ids(proto.from_dict(non_tensors={"state_ids": np.arange(2)})).get()
+            steps = [
+                proto.from_dict(non_tensors={"actions": np.zeros((1, chunk, 7), np.float32)}, meta_info={"stage_id": s}) for s in (0, 1)
+            ]
+            one = batches(lambda group=group, steps=steps: group.env_interact_step(steps[0]).get(), repeat)
+            both = batches(lambda group=group, steps=steps: [f.get() for f in [group.env_interact_step(d) for d in steps]], repeat)
+            out[f"{name}_two_stages_over_one"] = both / one
+    finally:
+        theirs.close()
+        ours.shutdown()
+        for worker in theirs.workers:
+            ray.kill(worker)
+    return out
+
+
+def toy(n: int, hw: int, chunk: int, *extra: str) -> list[str]:
+    """Overrides of a toy config."""
+    return [
+        "train.simulator_type=toy",
+        f"train.num_envs={n}",
+        f"actor.model.num_action_chunks={chunk}",
+        f"train.init_params.camera_heights={hw}",
+        f"train.init_params.camera_widths={hw}",
+        "train.max_episode_steps=100000",
+        *extra,
+    ]
+
+
+def main() -> int:
+    init_ray(num_cpus=4)
+    rows = [step_cost("toy, zero cost (toy.frozen), 2 envs, 64x64, chunk 8", toy(2, 64, 8, "train.toy.frozen=true"), 100)]
+    if "libero" in list_backends():
+        libero = [
+            "train.simulator_type=libero",
+            "train.task_suite_name=libero_spatial",
+            "train.num_envs=2",
+            "train.render=last",
+            "train.init_params.camera_heights=128",
+            "train.init_params.camera_widths=128",
+            "actor.model.num_action_chunks=8",
+            "train.max_episode_steps=100000",
+        ]
+        rows.append(step_cost("LIBERO spatial, 2 envs, 128x128, chunk 8, render last", libero, 3))
+    stages = overlap(
+        "toy sleeping 0.2 s per chunk (a device-bound simulator), 1 env per stage, 2 stages",
+        toy(1, 64, 8, "train.toy.step_sleep_s=0.2", "rollout.pipeline_stage_num=2"),
+        10,
+    )
+    ray.shutdown()
+    json.dump({"rows": rows, "overlap": stages}, sys.stdout)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    sys.exit(main())
