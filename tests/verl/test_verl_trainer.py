@@ -18,6 +18,7 @@ from verl import DataProto
 from envfleet.errors import InvalidInputError
 from envfleet_ray import init_ray
 
+from ..conftest import shm_segments
 from ..reliability.bad_inputs import RESET, WORKER_CASES, BadInput
 from .roles import build_roles, drive_in_envloop_order, verl_config
 
@@ -39,12 +40,15 @@ def local_ray():
 
 @pytest.fixture(scope="module")
 def roles(local_ray):
+    before = shm_segments()
     config = verl_config(TOY, stages=S, chunk=CHUNK)
     env_wg, rollout_wg = build_roles(config, env_workers=W)
     env_wg.init_worker()
     env_wg.init_simulator()
     yield env_wg, rollout_wg
     env_wg.close()
+    # close() through verl's dispatch frees every stage's shared memory.
+    assert shm_segments() - before == set()
 
 
 def reset(env_wg, ids: np.ndarray, tasks: np.ndarray | None = None) -> DataProto:
