@@ -204,3 +204,30 @@ def test_create_env_batch_dataproto_infos() -> None:
     assert d.non_tensor_batch["names"].tolist() == ["x", "y"]
     assert d.batch["info_rews"].tolist() == [1.0, 1.0]  # a clashing info name is kept, prefixed
     assert d.meta_info == {"stage_id": 1}
+
+
+def test_finish_rollout_pairs_each_task_with_its_own_description_under_auto_reset() -> None:
+    """With auto_reset, a step's descriptions are those of the episodes that follow; the metrics
+    must describe each task by the episodes that ended, not by the ones that replaced them."""
+    cfg = load_config(
+        overrides=[
+            "train.simulator_type=toy",
+            "train.num_envs=3",
+            "actor.model.num_action_chunks=4",
+            "train.max_episode_steps=4",  # every chunk ends every episode: each row changes task often
+            "train.auto_reset=true",
+        ]
+    )
+    w = EnvWorker(cfg, rank=0)
+    try:
+        w.init_worker()
+        w.init_simulator()
+        w.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": np.array([0, 10, 20])}))
+        for seed in range(8):
+            w.env_interact_step(step_data(0, n=3, seed=seed))
+        per_task = w.finish_rollout()["per_task"]
+    finally:
+        w.close()
+    assert sorted(per_task) == [0, 1, 2]
+    for task, row in per_task.items():
+        assert row["description"].endswith(f"(task {task})"), (task, row["description"])

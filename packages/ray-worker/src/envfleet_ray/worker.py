@@ -51,6 +51,7 @@ class _Metrics:
         self.worker_s = 0.0
 
     def add_step(self, infos: Mapping[str, np.ndarray], descriptions: list[str], n: int, chunk: int, simulated: np.ndarray | None) -> None:
+        """Count a step; ``descriptions`` are those of the episodes that ran during it."""
         self.chunks += 1
         self.env_steps += int(n * chunk) if simulated is None else int(simulated)
         ended = infos.get("episode_ended")
@@ -91,6 +92,9 @@ class EnvWorker:
         self._stage_locks = [threading.Lock() for _ in range(self.stage_num)]
         self._init_lock = threading.Lock()
         self._metrics: dict[str, _Metrics] = collections.defaultdict(_Metrics)
+        # (mode, stage) -> the description of the episode each row is running. With auto_reset
+        # a step's own descriptions are those of the episodes that replaced the ended ones.
+        self._running: dict[tuple[str, int], list[str]] = {}
         self._last_reset: dict[str, DataProto] = {}
         self._pool = ThreadPoolExecutor(max_workers=max(self.stage_num, 1), thread_name_prefix=f"envfleet-w{rank}")
         self._lane: Any = None
@@ -215,7 +219,9 @@ class EnvWorker:
         obs["task_descriptions"] = result.task_descriptions
         out = create_env_batch_dataproto(obs, result.rewards, result.terminations, result.truncations, result.infos, {"stage_id": stage})
         metrics = self._metrics[mode]
-        metrics.add_step(result.infos, result.task_descriptions, manager.num_envs, result.rewards.shape[1], None)
+        running = self._running.get((mode, stage), result.task_descriptions)
+        self._running[(mode, stage)] = list(result.task_descriptions)
+        metrics.add_step(result.infos, running, manager.num_envs, result.rewards.shape[1], None)
         metrics.worker_s += time.perf_counter() - t0 - inner
         return out
 
@@ -260,6 +266,7 @@ class EnvWorker:
         for s, r in enumerate(results):
             stage_obs: dict[str, Any] = dict(r.obs)
             stage_obs["task_descriptions"] = r.task_descriptions
+            self._running[(mode, s)] = list(r.task_descriptions)
             z = np.zeros((n, 0))
             part = create_env_batch_dataproto(stage_obs, z.astype(np.float32), z.astype(bool), z.astype(bool), r.infos)
             part.non_tensor_batch["stage_id"] = np.full(n, s, dtype=np.int64)
