@@ -63,6 +63,26 @@ def test_broken_plugin_reported_by_name_and_cause_while_toy_works() -> None:
     assert get_backend("toy").name == "toy"
 
 
+@pytest.mark.parametrize(
+    ("name", "stage", "fragment"),
+    [
+        ("typo", "validate", "unknown hook 'envfleet_register_backend'; envfleet's only hook is named 'envfleet_register_backends'"),
+        ("unmarked", "validate", "its envfleet_register_backends has no @hookimpl marker"),
+        ("empty", "register", "never called registry.register"),
+    ],
+    ids=["misspelt-hook", "no-hookimpl-marker", "registers-nothing"],
+)
+def test_each_plugin_is_validated_on_its_own(name, stage, fragment) -> None:
+    """An installed plugin with a bad hook is reported by name; every other backend stays usable."""
+    failure = next((f for f in plugin_failures() if f.name == name), None)
+    assert failure is not None, plugin_failures()
+    assert failure.stage == stage and fragment in str(failure)
+    assert get_backend("toy").name == "toy"
+    with pytest.raises(UnknownBackendError) as info:
+        get_backend(name)
+    assert f"A plugin named {name!r} is installed but" in str(info.value) and "pip install" not in str(info.value)
+
+
 def test_unknown_backend_lists_installed_and_suggests() -> None:
     with pytest.raises(UnknownBackendError) as info:
         get_backend("tyo")

@@ -61,6 +61,7 @@ hookspec = pluggy.HookspecMarker(NAME)
 hookimpl = pluggy.HookimplMarker(NAME)
 
 DISABLE_AUTOLOAD_ENV = "ENVFLEET_DISABLE_PLUGIN_AUTOLOAD"
+HOOK = "envfleet_register_backends"  # the one hook a plugin implements
 
 
 class _HookSpecs:
@@ -147,17 +148,29 @@ class BackendSpec:
             return ""
 
 
+_STAGES = {
+    "import": "failed to import",
+    "validate": "has an invalid hook",
+    "register": "failed to register",
+}
+
+
 @dataclass(frozen=True)
 class PluginFailure:
-    """A plugin that could not be loaded or whose hook raised."""
+    """A plugin that could not be loaded, whose hook is invalid, or that registered no backend."""
 
     name: str
-    stage: str  # "import" or "register"
+    stage: str  # "import", "validate" or "register"
     error: BaseException
     traceback: str
 
+    @property
+    def what(self) -> str:
+        """What went wrong, in words: "failed to import", "has an invalid hook", "failed to register"."""
+        return _STAGES.get(self.stage, f"failed to {self.stage}")
+
     def __str__(self) -> str:
-        return f"plugin {self.name!r} failed to {self.stage}: {type(self.error).__name__}: {self.error}"
+        return f"plugin {self.name!r} {self.what}: {type(self.error).__name__}: {self.error}"
 
 
 class BackendRegistry:
@@ -200,12 +213,11 @@ def _unknown_backend_message(name: str, installed: list[str]) -> str:
     close = difflib.get_close_matches(str(name), installed, n=1, cutoff=0.5)
     if close:
         lines.append(f"Did you mean {close[0]!r}?")
-    for failure in _state.failures:
-        if failure.name == name:
-            lines.append(
-                f"A plugin named {name!r} is installed but failed to {failure.stage}: {type(failure.error).__name__}: {failure.error}."
-            )
-    lines.append(f"To add it, install its package, e.g. `pip install envfleet-{name}` (first-party: envfleet-libero, envfleet-isaac).")
+    own = [f for f in _state.failures if f.name == name]
+    for failure in own:
+        lines.append(f"A plugin named {name!r} is installed but {failure.what}: {type(failure.error).__name__}: {failure.error}.")
+    if not own:
+        lines.append(f"To add it, install its package, e.g. `pip install envfleet-{name}` (first-party: envfleet-libero, envfleet-isaac).")
     return " ".join(lines)
 
 
@@ -247,7 +259,28 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         except BaseException as exc:
             _state.failures.append(PluginFailure(ep.name, "import", exc, traceback.format_exc()))
             continue
-        pm.register(plugin, name=ep.name)
+        # Each plugin is validated on its own, so that one misspelt hook name reports that
+        # plugin and leaves the others usable.
+        try:
+            pm.register(plugin, name=ep.name)
+            pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            if pm.get_plugin(ep.name) is not None:
+                pm.unregister(name=ep.name)
+            hint = LookupError(f"{str(exc).split(' in plugin ')[0]}; envfleet's only hook is named '{HOOK}'")
+            _state.failures.append(PluginFailure(ep.name, "validate", hint, traceback.format_exc()))
+            continue
+        if not pm.get_hookcallers(plugin):
+            pm.unregister(name=ep.name)
+            _state.failures.append(PluginFailure(ep.name, "validate", _no_hook_error(ep.name, plugin), ""))
+
+
+def _no_hook_error(name: str, plugin: Any) -> LookupError:
+    if callable(getattr(plugin, HOOK, None)):
+        cause = f"its {HOOK} has no @hookimpl marker (from envfleet.plugins import hookimpl, then put @hookimpl above it)"
+    else:
+        cause = f"it defines no {HOOK} function (the module the entry point names must implement the hook)"
+    return LookupError(f"plugin {name!r} implements no envfleet hook: {cause}")
 
 
 def _registry() -> BackendRegistry:
@@ -255,7 +288,7 @@ def _registry() -> BackendRegistry:
         pm = get_plugin_manager()
         if _state.registry is None:
             registry = BackendRegistry()
-            _state.failures = [f for f in _state.failures if f.stage == "import"]
+            _state.failures = [f for f in _state.failures if f.stage != "register"]
             for impl in pm.hook.envfleet_register_backends.get_hookimpls():
                 registry._current_plugin = impl.plugin_name
                 before = dict(registry._specs)
@@ -264,6 +297,10 @@ def _registry() -> BackendRegistry:
                 except Exception as exc:
                     registry._specs = before  # a half-registered plugin is not registered
                     _state.failures.append(PluginFailure(impl.plugin_name, "register", exc, traceback.format_exc()))
+                    continue
+                if registry._specs == before:
+                    empty = LookupError("its envfleet_register_backends hook ran but never called registry.register(BackendSpec(...))")
+                    _state.failures.append(PluginFailure(impl.plugin_name, "register", empty, ""))
             registry._current_plugin = "<direct>"
             _state.registry = registry
         return _state.registry
@@ -284,7 +321,7 @@ def get_backend(name: str) -> BackendSpec:
 
 
 def plugin_failures() -> list[PluginFailure]:
-    """Plugins that failed to import or to register, with their causes."""
+    """Plugins that failed to import, have an invalid hook, or registered no backend, with their causes."""
     _registry()
     return list(_state.failures)
 

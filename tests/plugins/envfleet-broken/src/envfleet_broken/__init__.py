@@ -1,1 +1,1 @@
-"""Test-only package: its plugin module fails to import, on purpose."""
+"""Test-only package: plugin modules that fail to load, on purpose, each in its own way."""
