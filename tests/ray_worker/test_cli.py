@@ -18,11 +18,15 @@ def run(*args: str, cwd: str | None = None, timeout: float = 300) -> subprocess.
     )
 
 
-def test_backends_lists_toy_and_the_broken_plugin() -> None:
+def test_backends_lists_toy_and_the_broken_plugins_and_fails() -> None:
     out = run("backends")
-    assert out.returncode == 0, out.stderr
+    # The test venv has envfleet-broken installed: its plugins fail, so a plugin's CI would see exit code 1.
+    assert out.returncode == 1, out.stderr
     assert "toy" in out.stdout and "envfleet-toy" in out.stdout and "0.1.0" in out.stdout
     assert "broken: failed to import: ImportError" in out.stdout and "unobtainium" in out.stdout
+    assert "typo: has an invalid hook: LookupError: unknown hook 'envfleet_register_backend'" in out.stdout
+    assert "unmarked: has an invalid hook" in out.stdout and "no @hookimpl marker" in out.stdout
+    assert "empty: failed to register" in out.stdout and "never called registry.register" in out.stdout
 
 
 @pytest.mark.parametrize(

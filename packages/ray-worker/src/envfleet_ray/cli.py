@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``envfleet`` command."""
     parser = _Parser(prog="envfleet", description="Environment workers for RL of robot policies.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    sub.add_parser("backends", help="list installed backends and plugins that failed to load")
+    sub.add_parser("backends", help="list installed backends and plugins that failed to load (exit code 1 if any did)")
     ro = sub.add_parser("rollout", help="run a pipelined rollout (the main job)")
     ro.add_argument("--config", help="YAML config in verl's env layout")
     ro.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray on 127.0.0.1)")
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_backends() -> int:
-    """Print the installed backends and the plugins that failed to load."""
+    """Print the installed backends and the plugins that failed to load; 1 if any failed, else 0."""
     from envfleet.plugins import list_backends, plugin_failures
 
     specs = list_backends()
@@ -56,7 +56,8 @@ def cmd_backends() -> int:
     if failures:
         print("\nplugins that failed to load:")
         for failure in failures:
-            print(f"  {failure.name}: failed to {failure.stage}: {type(failure.error).__name__}: {failure.error}")
+            print(f"  {failure.name}: {failure.what}: {type(failure.error).__name__}: {failure.error}")
+        return 1
     return 0
 
 
