@@ -16,10 +16,11 @@ import numpy as np
 
 from .errors import ConfigError
 
-__all__ = ["VideoRecorder", "tile_frames"]
+__all__ = ["VideoRecorder", "require_video_deps", "tile_frames"]
 
 
-def _require_video_deps() -> None:
+def require_video_deps() -> None:
+    """Raise :class:`~envfleet.errors.ConfigError` with the install command if video writing cannot work."""
     try:
         import imageio  # noqa: F401
         import imageio_ffmpeg  # noqa: F401
@@ -58,7 +59,7 @@ class VideoRecorder:
     """Collects tiled frames of a stage and writes them as mp4 files in the background."""
 
     def __init__(self, video_cfg: Any, num_envs: int) -> None:
-        _require_video_deps()
+        require_video_deps()
         self.fps = int(video_cfg.fps)
         self.max_frames = int(video_cfg.max_frames)
         self.num_envs = num_envs

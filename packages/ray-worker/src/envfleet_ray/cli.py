@@ -109,9 +109,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     chunk, action_dim = int(cfg.actor.model.num_action_chunks), int(cfg.actor.model.action_dim)
     policy = load_policy(args.policy, chunk, action_dim, seed=int(cfg.train.seed))
     if cfg.train.video_cfg.save_video:
-        from envfleet.video import _require_video_deps
+        from envfleet.video import require_video_deps
 
-        _require_video_deps()
+        require_video_deps()
     os.makedirs(out_dir, exist_ok=True)
 
     from .cluster import init_ray
