@@ -131,6 +131,17 @@ def test_action_dim_must_match_backend() -> None:
         load_config(overrides=["train.simulator_type=toy", "actor.model.action_dim=6"])
 
 
+def test_action_dim_defaults_to_the_backends() -> None:
+    from envfleet.env import ArraySpec
+    from envfleet.plugins import BackendSpec
+
+    spec = BackendSpec(name="arm4", env_factory="x:y", observation_spec=lambda cfg, n: {"state": ArraySpec((4,), "float32")}, action_dim=4)
+    lookup = {"arm4": spec}.__getitem__
+    assert load_config(overrides=["train.simulator_type=arm4"], backend_lookup=lookup).actor.model.action_dim == 4
+    with pytest.raises(ConfigError, match="'actor.model.action_dim' is 7, but backend 'arm4' takes actions of size 4"):
+        load_config(overrides=["train.simulator_type=arm4", "actor.model.action_dim=7"], backend_lookup=lookup)
+
+
 def test_values_are_never_evaluated_as_code(tmp_path) -> None:
     marker = tmp_path / "pwned"
     cfg = load_config(overrides=["train.simulator_type=toy", f"train.task_name=__import__('os').system('touch {marker}')"])

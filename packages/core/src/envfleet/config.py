@@ -115,7 +115,7 @@ class ModelConfig:
     """What the policy emits."""
 
     num_action_chunks: int = 8  # sub-steps per chunk_step
-    action_dim: int = 7  # size of one action
+    action_dim: int = 7  # size of one action; unset, the backend's own (BackendSpec.action_dim) when it declares one
 
 
 @dataclass
@@ -343,6 +343,9 @@ def load_config(
     if result["rollout"]["pipeline_stage_num"] < 1:
         raise ConfigError(f"config key 'rollout.pipeline_stage_num' must be >= 1, got {result['rollout']['pipeline_stage_num']}")
     model = result["actor"]["model"]
+    train_spec = lookup(result["train"]["simulator_type"])
+    if OmegaConf.select(user, "actor.model.action_dim") is None and train_spec.action_dim is not None:
+        model["action_dim"] = int(train_spec.action_dim)  # the backend's action size, unless the user gives one
     if model["num_action_chunks"] < 1 or model["action_dim"] < 1:
         raise ConfigError(f"config keys 'actor.model.num_action_chunks' and 'actor.model.action_dim' must be >= 1, got {model}")
     for section in ("train", "val"):
