@@ -142,6 +142,36 @@ def test_action_dim_defaults_to_the_backends() -> None:
         load_config(overrides=["train.simulator_type=arm4", "actor.model.action_dim=7"], backend_lookup=lookup)
 
 
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("train.flip_images=true", "'train.flip_images' is True, but backend 'toy' does not implement it"),
+        ("train.settle_steps=3", "'train.settle_steps' is 3, but backend 'toy' does not implement it"),
+        ("train.action_transform=openvla", "'train.action_transform' is 'openvla', but backend 'toy' does not implement it"),
+    ],
+    ids=["flip", "settle", "action-transform"],
+)
+def test_an_optional_key_the_backend_does_not_implement_is_an_error(override, fragment) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=["train.simulator_type=toy", override])
+    assert fragment in str(info.value) and "it implements auto_reset, ignore_terminations, render" in str(info.value)
+
+
+def test_optional_keys_at_their_neutral_value_need_nothing() -> None:
+    from envfleet.env import ArraySpec
+    from envfleet.plugins import BackendSpec
+
+    bare = BackendSpec(name="bare", env_factory="x:y", observation_spec=lambda cfg, n: {"state": ArraySpec((2,), "float32")})
+    lookup = {"bare": bare}.__getitem__
+    cfg = load_config(overrides=["train.simulator_type=bare", "train.auto_reset=false", "train.render=last"], backend_lookup=lookup)
+    assert cfg.train.auto_reset is False and cfg.train.flip_images is False and cfg.train.settle_steps == 0
+    for override in ("train.auto_reset=true", "train.render=all", "train.ignore_terminations=true"):
+        with pytest.raises(ConfigError, match="does not implement it .*it implements none of them"):
+            load_config(overrides=["train.simulator_type=bare", override], backend_lookup=lookup)
+    with pytest.raises(ValueError, match=r"implements \['fly'\], which are not optional keys"):
+        BackendSpec(name="bad", env_factory="x:y", observation_spec=lambda cfg, n: {}, implements={"fly"})
+
+
 def test_values_are_never_evaluated_as_code(tmp_path) -> None:
     marker = tmp_path / "pwned"
     cfg = load_config(overrides=["train.simulator_type=toy", f"train.task_name=__import__('os').system('touch {marker}')"])

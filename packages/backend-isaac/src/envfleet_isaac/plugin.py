@@ -171,6 +171,7 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             # Isaac Lab batches every env of a stage in one simulation: one process per stage.
             envs_per_process=None,
             action_dim=None,  # depends on the task; the shard checks actor.model.action_dim against it
+            implements={"auto_reset", "ignore_terminations", "render"},
             package="envfleet-isaac",
             description="Isaac Lab tasks (3.x kit-less / 2.x Isaac Sim), batched per stage, seeded bank of initial states",
         )

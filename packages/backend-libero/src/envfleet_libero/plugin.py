@@ -105,11 +105,13 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             env_factory="envfleet_libero.env:LiberoEnv",
             observation_spec=observation_spec,
             config_schema=LiberoConfig,
-            defaults={"init_params": {"camera_names": ["agentview", "robot0_eye_in_hand"]}},
+            # LIBERO's evaluation protocol: images rotated 180 degrees, 10 settle steps after a reset.
+            defaults={"init_params": {"camera_names": ["agentview", "robot0_eye_in_hand"]}, "flip_images": True, "settle_steps": 10},
             # One MuJoCo env (and GL context) per process: LIBERO envs are single-threaded
             # and rendering dominates, so processes are what makes them run in parallel.
             envs_per_process=1,
             action_dim=7,
+            implements={"auto_reset", "ignore_terminations", "render", "flip_images", "settle_steps", "action_transform"},
             package="envfleet-libero",
             description="LIBERO manipulation suites (robosuite 1.4 / MuJoCo), exact initial states, render only what is read",
         )

@@ -36,12 +36,25 @@ __all__ = [
     "EnvFleetConfig",
     "RENDER_MODES",
     "ACTION_TRANSFORMS",
+    "OPTIONAL_KEYS",
     "load_config",
     "parse_overrides",
 ]
 
 RENDER_MODES = ("last", "all")
 ACTION_TRANSFORMS = ("none", "openvla")
+
+#: Core keys that only the backends declaring them (``BackendSpec.implements``) honour, each
+#: with the value that asks nothing of a backend. Any other value, for a backend that does not
+#: declare the key, is a ConfigError at load time: never a key silently ignored.
+OPTIONAL_KEYS: dict[str, Any] = {
+    "auto_reset": False,
+    "ignore_terminations": False,
+    "render": "last",
+    "flip_images": False,
+    "settle_steps": 0,
+    "action_transform": "none",
+}
 
 
 @dataclass
@@ -77,13 +90,15 @@ class EnvConfig:
     max_episode_steps: int | None = None  # null: the backend's (suite's) own horizon
     seed: int = 42  # base seed; each worker and stage derives its own
     reward_coef: float = 1.0  # reward given on success
+    # The next six keys are honoured by the backends that declare them (BackendSpec.implements);
+    # a value other than the default, for a backend that does not, is an error at load time.
     auto_reset: bool = False  # reset finished envs at the end of a chunk to the next state id
     ignore_terminations: bool = False  # keep stepping after success (termination still reported)
     render: str = "last"  # last: render only the last sub-step of a chunk; all: every sub-step
     device: str = "cpu"  # simulation device, for backends that have one (Isaac)
-    flip_images: bool = True  # rotate images 180 degrees, as VLA pipelines feed LIBERO
+    flip_images: bool = False  # rotate images 180 degrees, as VLA pipelines feed LIBERO (LIBERO's default: true)
     action_transform: str = "none"  # none, or openvla (gripper [0,1] -> [-1,1], sign, flip)
-    settle_steps: int = 10  # no-op steps after a reset, before the first observation
+    settle_steps: int = 0  # no-op steps after a reset, before the first observation (LIBERO's default: 10)
     step_timeout_s: float = 120.0  # a shard that takes longer for one call is killed and rebuilt
     start_timeout_s: float = 300.0  # deadline for a shard to build its simulator
     reset_timeout_s: float | None = None  # deadline for a reset or state restore (may build a scene); null: the larger of the two above
@@ -233,6 +248,17 @@ def _check_values(section: DictConfig, prefix: str) -> None:
         )
 
 
+def _check_implemented(section: DictConfig, prefix: str, spec: Any) -> None:
+    implemented = frozenset(getattr(spec, "implements", ()))
+    for key, neutral in OPTIONAL_KEYS.items():
+        if key not in implemented and section[key] != neutral:
+            offers = ", ".join(sorted(implemented)) or "none of them"
+            raise ConfigError(
+                f"config key '{prefix}{key}' is {section[key]!r}, but backend {spec.name!r} does not implement it "
+                f"(of the optional keys {', '.join(OPTIONAL_KEYS)} it implements {offers}); remove it or set it to {neutral!r}"
+            )
+
+
 def _load_section(name: str, user: Any, lookup: Callable[[str], Any], known_backends: Sequence[str]) -> dict[str, Any]:
     prefix = f"{name}."
     if not isinstance(user, (Mapping, DictConfig)):
@@ -260,6 +286,7 @@ def _load_section(name: str, user: Any, lookup: Callable[[str], Any], known_back
     core = _merge(EnvConfig, prefix, defaults, user)
     _check_missing(core, prefix)
     _check_values(core, prefix)
+    _check_implemented(core, prefix, spec)
     out = OmegaConf.to_container(core, resolve=False)
     assert isinstance(out, dict)
     schema = spec.config_schema

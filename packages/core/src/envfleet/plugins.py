@@ -92,7 +92,12 @@ class BackendSpec:
         (applied under the user's config), e.g. ``{"init_params": {"camera_heights": 64}}``.
     :param envs_per_process: envs per shard process: an int, ``None`` for all of a
         stage's envs in one process, or ``(cfg) -> int | None``.
-    :param action_dim: the action size the backend expects, when fixed.
+    :param action_dim: the action size the backend expects, when fixed (also the default of
+        ``actor.model.action_dim``).
+    :param implements: the optional core keys this backend honours, from
+        :data:`envfleet.config.OPTIONAL_KEYS` (``auto_reset``, ``ignore_terminations``,
+        ``render``, ``flip_images``, ``settle_steps``, ``action_transform``). A config that sets
+        any other of them to a value that asks something of the backend is rejected at load.
     :param package: the distribution that provides it (shown by ``envfleet backends``).
     :param description: one line for listings.
     """
@@ -104,8 +109,17 @@ class BackendSpec:
     defaults: dict[str, Any] = field(default_factory=dict)
     envs_per_process: int | Callable[[Any], int | None] | None = 1
     action_dim: int | None = None
+    implements: frozenset[str] = frozenset()
     package: str = ""
     description: str = ""
+
+    def __post_init__(self) -> None:
+        from .config import OPTIONAL_KEYS
+
+        object.__setattr__(self, "implements", frozenset(self.implements))
+        unknown = sorted(self.implements - set(OPTIONAL_KEYS))
+        if unknown:
+            raise ValueError(f"backend {self.name!r}: implements {unknown}, which are not optional keys; choose from {list(OPTIONAL_KEYS)}")
 
     def resolve_factory(self) -> Callable[..., Env]:
         """Import and return the env factory (this may import the simulator)."""
