@@ -117,3 +117,31 @@ def test_rollout_writes_summary(tmp_path) -> None:
     assert len(summary["videos"]) == 2 and all(os.path.getsize(v) > 0 for v in summary["videos"])
     assert all(str(tmp_path) in v for v in summary["videos"])
     assert "env steps/s" in out.stdout and "description" in out.stdout
+
+
+def test_rollout_reports_each_restart_with_its_cause(tmp_path) -> None:
+    """A simulator that crashes is restarted; where and why it crashed reach the output and summary.json."""
+    out = run(
+        "rollout",
+        "--steps",
+        "3",
+        "--out",
+        str(tmp_path / "run"),
+        "--policy",
+        "zero",
+        "train.simulator_type=toy",
+        "train.num_envs=2",
+        "actor.model.num_action_chunks=4",
+        "train.toy.exit_on_step=1",  # each shard's process exits during its second chunk
+    )
+    assert out.returncode == 0, out.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    causes = summary["restart_causes"]
+    assert summary["sim_restarts"] == len(causes) == 2, causes  # two shards (one env each), one crash each
+    assert sorted((c["stage"], c["shard"], c["envs"]) for c in causes) == [(0, 0, "0"), (0, 1, "1")]
+    for cause in causes:
+        assert cause["rank"] == 0 and cause["exit"] == "exited with code 7" and "during step" in cause["cause"]
+        assert any("exit_on_step=1 reached" in line for line in cause["stderr_tail"]), cause["stderr_tail"]
+    assert (
+        "restart: worker 0 stage 0 shard 1 (envs 1): " in out.stdout and "last output: toy: train.toy.exit_on_step=1 reached" in out.stdout
+    )

@@ -63,6 +63,8 @@ class ManagerStats:
     wall_s: float = 0.0  # total time inside chunk_step / reset calls
     sim_s: float = 0.0  # of which the slowest shard spent inside the simulator
     restarts: int = 0
+    # One entry per restart, the most recent 100: stage, shard, envs, cause, exit (code or
+    # signal), stderr_tail (the simulator's last lines), time, n (this restart's number).
     restart_log: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -717,7 +719,18 @@ class ProcessEnvManager:
             while shard.restarts and now - shard.restarts[0] > self.restart_window_s:
                 shard.restarts.popleft()
             self.stats.restarts += 1
-            self.stats.restart_log.append({"stage": self.stage_id, "shard": shard.index, "cause": how, "time": time.time()})
+            self.stats.restart_log.append(
+                {
+                    "stage": self.stage_id,
+                    "shard": shard.index,
+                    "envs": self._env_range(shard),
+                    "cause": how,
+                    "exit": exit_desc,
+                    "stderr_tail": tail.splitlines()[-5:],
+                    "time": time.time(),
+                    "n": self.stats.restarts,
+                }
+            )
             del self.stats.restart_log[:-100]  # the most recent causes are enough; a long run must not grow
             log.warning("stage %d shard %d (envs %s): %s; restarting", self.stage_id, shard.index, self._env_range(shard), how)
             if len(shard.restarts) > self.max_restarts:

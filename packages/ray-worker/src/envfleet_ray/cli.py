@@ -174,6 +174,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         "per_task": per_task,
         "videos": sorted(total_m["videos"]),
         "sim_restarts": total_m["sim_restarts"] + metrics["worker_restarts"],
+        "restart_causes": total_m["restart_causes"],
         "time": {k: round(v, 3) for k, v in total_m["time"].items()}
         | {"policy_s": round(stats.policy_s, 3), "driver_wait_s": round(stats.wait_s, 3)},
     }
@@ -189,10 +190,21 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         f"= {summary['env_steps_per_s']:.1f} env steps/s | "
         f"episodes {episodes}, success rate {summary['success_rate']:.2f} | restarts {summary['sim_restarts']}"
     )
+    for cause in summary["restart_causes"]:
+        print(_restart_line(cause))
     for path in summary["videos"]:
         print(f"video: {path}")
     print(f"summary: {os.path.join(out_dir, 'summary.json')}")
     return 0
+
+
+def _restart_line(cause: dict[str, Any]) -> str:
+    """One line for a restart: where, why, and the simulator's last output line."""
+    if cause.get("stage") is None:
+        return f"restart: worker {cause['rank']}: {cause['cause']}"
+    last = next((line for line in reversed(cause.get("stderr_tail", [])) if line.strip()), "")
+    where = f"worker {cause['rank']} stage {cause['stage']} shard {cause['shard']} (envs {cause['envs']})"
+    return f"restart: {where}: {cause['cause']} ({cause['exit']})" + (f"; last output: {last.strip()}" if last else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

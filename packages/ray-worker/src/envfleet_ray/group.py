@@ -17,6 +17,7 @@ instead of Ray's task path; pass ``local_lane=False`` to send everything through
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -134,6 +135,7 @@ class EnvWorkerGroup:
         self._chunk = int(config.actor.model.num_action_chunks)  # read once: an OmegaConf lookup costs ~85 us
         self.max_restarts = int(max_restarts)
         self.restarts = 0
+        self._restart_causes: list[dict[str, Any]] = []  # worker deaths since the last finish_rollout
         self._cpus = float(cpus_per_worker)
         self._gpus = float(gpus_per_worker)
         self._cfg_container = OmegaConf.to_container(config, resolve=True)
@@ -219,6 +221,7 @@ class EnvWorkerGroup:
         if self.restarts >= self.max_restarts:
             raise err from exc
         self.restarts += 1
+        self._restart_causes.append({"rank": rank, "stage": None, "cause": f"EnvWorker died: {err}", "time": time.time()})
         log.warning("%s; recreating it (%d/%d)", err, self.restarts, self.max_restarts)
         try:
             ray.kill(self.workers[rank], no_restart=True)
@@ -280,9 +283,16 @@ class EnvWorkerGroup:
         return self._ask_any("get_state_task_ids", mode)  # type: ignore[no-any-return]
 
     def finish_rollout(self, mode: str = "train") -> dict[str, Any]:
-        """Flush videos and collect every worker's metrics; returns ``{"workers": [...], "total": {...}}``."""
+        """Flush videos and collect every worker's metrics; returns ``{"workers": [...], "total": {...}}``.
+
+        ``total["restart_causes"]`` lists every simulator restart and every recreated worker
+        (``stage`` None) since the last call, with its cause.
+        """
         per_worker = self._broadcast("finish_rollout", mode).get()
-        return {"workers": per_worker, "total": merge_metrics(per_worker), "worker_restarts": self.restarts}
+        total = merge_metrics(per_worker)
+        total["restart_causes"] = self._restart_causes + total["restart_causes"]
+        self._restart_causes = []
+        return {"workers": per_worker, "total": total, "worker_restarts": self.restarts}
 
     def node_info(self) -> list[dict[str, Any]]:
         """Where each worker runs."""
@@ -418,6 +428,7 @@ def merge_metrics(per_worker: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "successes": sum(m["successes"] for m in per_worker),
         "env_steps": sum(m["env_steps"] for m in per_worker),
         "sim_restarts": sum(m["sim_restarts"] for m in per_worker),
+        "restart_causes": [c for m in per_worker for c in m.get("restart_causes", [])],
         "time": times,
         "videos": [v for m in per_worker for v in m["videos"]],
     }

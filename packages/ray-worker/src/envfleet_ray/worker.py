@@ -95,6 +95,7 @@ class EnvWorker:
         # (mode, stage) -> the description of the episode each row is running. With auto_reset
         # a step's own descriptions are those of the episodes that replaced the ended ones.
         self._running: dict[tuple[str, int], list[str]] = {}
+        self._restarts_reported: dict[tuple[str, int], int] = {}  # (mode, stage) -> restarts already in metrics
         self._last_reset: dict[str, DataProto] = {}
         self._pool = ThreadPoolExecutor(max_workers=max(self.stage_num, 1), thread_name_prefix=f"envfleet-w{rank}")
         self._lane: Any = None
@@ -306,7 +307,9 @@ class EnvWorker:
         """Flush videos (``stage_{i}`` subdirectories) and return the rollout's metrics since the last call.
 
         ``per_task``: task id -> description, episodes, successes, success_rate,
-        mean_return, mean_length; ``sim_restarts``; ``time``: seconds inside the
+        mean_return, mean_length; ``sim_restarts``; ``restart_causes``: one entry per
+        simulator restart since the last call (rank, stage, shard, envs, cause, exit code or
+        signal, the simulator's last output lines, time); ``time``: seconds inside the
         simulators, in transfer (messaging and copies) and in the worker; ``videos``.
         """
         mode = self._mode(mode=mode)
@@ -329,6 +332,11 @@ class EnvWorker:
                 "mean_return": row["return_sum"] / eps if eps else 0.0,
                 "mean_length": row["length_sum"] / eps if eps else 0.0,
             }
+        restart_causes = []
+        for s, m in enumerate(managers):
+            seen = self._restarts_reported.get((mode, s), 0)
+            restart_causes += [{"rank": self.rank, **entry} for entry in m.stats.restart_log if entry["n"] > seen]
+            self._restarts_reported[(mode, s)] = m.stats.restarts
         sim_s = sum(m.stats.sim_s for m in managers)
         transfer_s = sum(m.stats.transfer_s for m in managers)
         return {
@@ -340,6 +348,7 @@ class EnvWorker:
             "env_steps": metrics.env_steps,
             "chunks": metrics.chunks,
             "sim_restarts": sum(m.stats.restarts for m in managers),
+            "restart_causes": restart_causes,
             "time": {"simulator_s": sim_s, "transfer_s": transfer_s, "worker_s": metrics.worker_s},
             "videos": videos,
         }

@@ -9,12 +9,14 @@ sub-step); success is being within 0.1 of the goal.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 from typing import Any
 
 import numpy as np
 
-from envfleet.env import ChunkStepResult, Env, EnvContext, ObservationSpec, ResetResult
+from envfleet.env import ArraySpec, ChunkStepResult, Env, EnvContext, ObservationSpec, ResetResult
 from envfleet.episodes import EpisodeTracker, StateCycle
 from envfleet.errors import InvalidInputError
 
@@ -50,7 +52,9 @@ class ToyEnv(Env):
         self.step_cost_s = float(tc.step_cost_s)
         self.step_sleep_s = float(tc.step_sleep_s)
         self.raise_on_step = int(tc.raise_on_step)
+        self.exit_on_step = int(tc.exit_on_step)
         self.frozen = bool(tc.frozen)
+        self.planted_bug = str(tc.planted_bug)
         self._frozen_result: ChunkStepResult | None = None
         self.render_all = cfg.render == "all"
         self._spec = observation_spec(cfg, self.num_envs)
@@ -81,6 +85,8 @@ class ToyEnv(Env):
 
     # ------------------------------------------------------------------ protocol
     def observation_spec(self) -> ObservationSpec:
+        if self.planted_bug == "own_spec_differs":
+            return {**self._spec, "state": ArraySpec((9,), "float32")}
         return dict(self._spec)
 
     def get_all_state_ids(self) -> np.ndarray:
@@ -117,6 +123,10 @@ class ToyEnv(Env):
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
         step_index = self._chunks
         self._chunks += 1
+        if step_index == self.exit_on_step:
+            sys.stderr.write(f"toy: train.toy.exit_on_step={self.exit_on_step} reached, exiting (test hook)\n")
+            sys.stderr.flush()
+            os._exit(7)
         if step_index == self.raise_on_step:
             raise RuntimeError(f"toy: train.toy.raise_on_step={self.raise_on_step} reached (test hook)")
         if actions.ndim != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != self.action_dim:
@@ -141,7 +151,9 @@ class ToyEnv(Env):
             t.record(k, live, success)
             if self.render_all and idx.size:
                 self._render(idx)
-        if not self.render_all:
+            if self.planted_bug == "render_last_differs" and not self.render_all and k == chunk - 2:
+                self._render(np.nonzero(touched)[0])  # a sub-step too early
+        if not self.render_all and self.planted_bug != "render_last_differs":
             self._render(np.nonzero(touched)[0])
         flags = t.end_chunk()
         if self.cycle is not None and flags.ended.any():
@@ -253,6 +265,10 @@ class ToyEnv(Env):
             self.obs["state"][i] = (px, py, gx, gy, dx, dy, math.hypot(dx, dy), t / max(self.num_tasks, 1))
 
     def _copy_obs(self) -> dict[str, np.ndarray]:
+        if self.planted_bug == "black_images":
+            for key in ("full_image", "wrist_image"):
+                if key in self.obs:
+                    self.obs[key][...] = 0
         # Bound to shared memory, the arrays themselves are the result (the shard reads them there).
         return dict(self.obs) if self._bound else {k: v.copy() for k, v in self.obs.items()}
 
