@@ -145,3 +145,23 @@ def test_rollout_reports_each_restart_with_its_cause(tmp_path) -> None:
     assert (
         "restart: worker 0 stage 0 shard 1 (envs 1): " in out.stdout and "last output: toy: train.toy.exit_on_step=1 reached" in out.stdout
     )
+
+
+def test_a_failure_while_running_is_one_line_that_says_how_to_see_more(tmp_path) -> None:
+    args = [
+        "rollout",
+        "--steps",
+        "2",
+        "--out",
+        str(tmp_path / "run"),
+        "train.simulator_type=toy",
+        "train.num_envs=1",
+        "train.toy.raise_on_step=0",
+    ]
+    out = run(*args)
+    assert out.returncode == 1, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "raise_on_step=0 reached" in last and "--traceback or ENVFLEET_TRACEBACK=1 shows where" in last
+    assert "Traceback (most recent call last)" not in out.stderr
+    full = run(*args, "--traceback")
+    assert full.returncode == 1 and "Traceback (most recent call last)" in full.stderr and "shows where" not in full.stderr

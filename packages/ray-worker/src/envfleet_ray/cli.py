@@ -7,10 +7,13 @@ import json
 import os
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "TRACEBACK_ENV"]
+
+TRACEBACK_ENV = "ENVFLEET_TRACEBACK"  # set to 1 to print the full traceback of a failure
 
 
 class _UsageError(Exception):
@@ -24,7 +27,11 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``envfleet`` command."""
-    parser = _Parser(prog="envfleet", description="Environment workers for RL of robot policies.")
+    parser = _Parser(
+        prog="envfleet",
+        description="Environment workers for RL of robot policies.",
+        epilog=f"--traceback (anywhere on the line) or {TRACEBACK_ENV}=1: print the full traceback of a failure.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("backends", help="list installed backends and plugins that failed to load (exit code 1 if any did)")
     ro = sub.add_parser("rollout", help="run a pipelined rollout (the main job)")
@@ -208,10 +215,19 @@ def _restart_line(cause: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``envfleet`` command."""
+    """Entry point of the ``envfleet`` command.
+
+    A failure ends with one line naming the problem: exit code 2 for usage and config
+    errors, 1 for a failure while running, whose line says that ``--traceback`` or
+    ``ENVFLEET_TRACEBACK=1`` prints the full traceback too.
+    """
     from envfleet.errors import EnvFleetError
 
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show = "--traceback" in argv or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+    argv = [a for a in argv if a != "--traceback"]
+    hint = "" if show else f" (--traceback or {TRACEBACK_ENV}=1 shows where)"
     try:
         args = parser.parse_args(argv)
         if args.command == "backends":
@@ -220,14 +236,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (EnvFleetError, KeyError) as exc:
-        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-        first = message.strip().splitlines()[0] if message.strip() else type(exc).__name__
-        print(f"error: {first}", file=sys.stderr)
-        return 2 if not isinstance(exc, RuntimeError) else 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if show:
+            traceback.print_exc()
+        message = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        first = message.strip().splitlines()[0] if message.strip() else type(exc).__name__
+        if not isinstance(exc, (EnvFleetError, KeyError)):
+            first = f"{type(exc).__name__}: {first}"
+        # A config error says all there is to fix; a failure while running says where to look.
+        usage = isinstance(exc, (EnvFleetError, KeyError)) and not isinstance(exc, RuntimeError)
+        print(f"error: {first}{'' if usage else hint}", file=sys.stderr)
+        return 2 if usage else 1
 
 
 if __name__ == "__main__":
