@@ -57,6 +57,21 @@ def _batch_scheduling() -> None:
             pass
 
 
+def _check_own_spec(env: Any, buffers: dict[str, np.ndarray]) -> None:
+    """An env's own observation_spec(), where it has one, must be the one its backend registered."""
+    try:
+        own = env.observation_spec()
+    except NotImplementedError:
+        return
+    said = {str(k): (tuple(int(x) for x in v.shape), np.dtype(v.dtype).name) for k, v in own.items()}
+    promised = {k: (tuple(a.shape[1:]), a.dtype.name) for k, a in buffers.items()}
+    if said != promised:
+        raise RuntimeError(
+            f"the env's observation_spec() says {said}, but its backend registered {promised} "
+            "(BackendSpec.observation_spec, from which envfleet allocates shared memory): make the two agree"
+        )
+
+
 class _ObsWriter:
     """Copies an env's observations into the shard's shared memory, checking them against the spec."""
 
@@ -133,6 +148,7 @@ class _Server:
         self.env = factory(cfg, ctx)
         if getattr(self.env, "num_envs", None) != ctx.num_envs:
             raise RuntimeError(f"the backend built {getattr(self.env, 'num_envs', None)} envs, {ctx.num_envs} were asked for")
+        _check_own_spec(self.env, self.mapping.arrays)
         self.writer = _ObsWriter(self.mapping.arrays, self.mapping.bytes)
         bind = getattr(self.env, "bind_observation_buffers", None)
         if callable(bind):

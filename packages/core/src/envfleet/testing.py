@@ -18,12 +18,24 @@ The suite runs your backend the way envfleet does (through
 - reset to each of a sample of state ids (with their task ids);
 - truncation at ``max_episode_steps``, and finished envs keep their flag;
 - ``get_state``/``load_state`` round trip through offload, where supported;
-- bad inputs are rejected with :class:`~envfleet.errors.InvalidInputError` and the env still works.
+- bad inputs are rejected with :class:`~envfleet.errors.InvalidInputError` and the env still works;
+- images are rendered scenes (no env's image is one flat colour); an env whose own
+  ``observation_spec()`` is not the one its backend registered fails to start (every test);
+- every optional key the backend declares in ``BackendSpec.implements``, against a second
+  manager with that key switched: ``render`` (``last`` is bit-identical to ``all`` with the
+  scene moving), ``auto_reset`` (finished envs start the episode a plain reset to
+  ``reset_state_id`` gives, and run again), ``ignore_terminations`` (only truncation finishes
+  an env), ``flip_images`` (images rotated 180 degrees), ``settle_steps`` (not counted in the
+  episode), ``action_transform`` (it changes what the actions do).
+
+The base manager runs with ``train.auto_reset=false`` whatever your config says; the
+``auto_reset`` test switches it on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,6 +44,7 @@ import pytest
 from .config import load_config
 from .errors import InvalidInputError
 from .manager import ProcessEnvManager
+from .plugins import get_backend
 
 __all__ = ["EnvConformance"]
 
@@ -49,9 +62,27 @@ class EnvConformance:
     @classmethod
     def conformance_cfg(cls) -> Any:
         """The config under test: yours, with max_episode_steps = 2 chunks."""
+        return load_config(data=cls.config_data, overrides=cls._overrides())
+
+    @classmethod
+    def _overrides(cls, *extra: str) -> list[str]:
         probe = load_config(data=cls.config_data, overrides=cls.config_overrides)
         chunk = int(probe.actor.model.num_action_chunks)
-        return load_config(data=cls.config_data, overrides=[*cls.config_overrides, f"train.max_episode_steps={2 * chunk}"])
+        return [*cls.config_overrides, f"train.max_episode_steps={2 * chunk}", "train.auto_reset=false", *extra]
+
+    @contextmanager
+    def _variant(self, *overrides: str) -> Iterator[ProcessEnvManager]:
+        """A second started manager: the config under test with ``overrides`` applied last."""
+        mgr = ProcessEnvManager(load_config(data=self.config_data, overrides=self._overrides(*overrides)), stage_id=0)
+        mgr.start_simulator()
+        try:
+            yield mgr
+        finally:
+            mgr.close()
+
+    def _require(self, cfg: Any, key: str) -> None:
+        if key not in get_backend(str(cfg.train.simulator_type)).implements:
+            pytest.skip(f"the backend does not declare {key!r} in BackendSpec.implements (a config asking for it is rejected)")
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -213,3 +244,97 @@ class EnvConformance:
                 manager.reset_envs_to_state_ids(np.concatenate([state_ids, state_ids]))
         out = manager.chunk_step(good)
         self._check_obs(manager, out.obs)
+
+    def test_images_are_rendered_scenes(self, manager: ProcessEnvManager) -> None:
+        """No env's image is one flat colour (an all-black buffer is a renderer that drew nothing)."""
+        state_ids, task_ids = self._ids(manager)
+        first = manager.reset_envs_to_state_ids(state_ids, task_ids)
+        step = manager.chunk_step(self._actions(manager, 6))
+        keys = [k for k in ("full_image", "wrist_image") if k in manager.obs_spec]
+        for when, obs in (("reset", first.obs), ("chunk_step", step.obs)):
+            for key in keys:
+                for i in range(manager.num_envs):
+                    image = obs[key][i]
+                    assert image.min() != image.max(), f"{when}: env {i}'s {key!r} is one flat colour ({int(image.min())})"
+
+    def test_render_last_equals_render_all(self, manager: ProcessEnvManager, conformance_cfg: Any) -> None:
+        """``render: last`` gives, bit for bit, the images ``render: all`` gives, with the scene moving."""
+        self._require(conformance_cfg, "render")
+        other = "all" if str(conformance_cfg.train.render) == "last" else "last"
+        state_ids, task_ids = self._ids(manager, offset=5)
+        with self._variant(f"train.render={other}") as variant:
+            mine = [manager.reset_envs_to_state_ids(state_ids, task_ids).obs]
+            theirs = [variant.reset_envs_to_state_ids(state_ids, task_ids).obs]
+            for seed in (7, 8):
+                mine.append(manager.chunk_step(self._actions(manager, seed)).obs)
+                theirs.append(variant.chunk_step(self._actions(variant, seed)).obs)
+        assert not np.array_equal(mine[0]["state"], mine[-1]["state"]), "the scene did not move: nothing to compare"
+        for when, (a, b) in enumerate(zip(mine, theirs)):
+            for key in a:
+                np.testing.assert_array_equal(a[key], b[key], err_msg=f"{key!r} after {when} chunk(s): render last != render all")
+
+    def test_auto_reset(self, manager: ProcessEnvManager, conformance_cfg: Any) -> None:
+        """With ``auto_reset``, an env that finishes starts the episode a plain reset to ``reset_state_id`` gives, and runs again."""
+        self._require(conformance_cfg, "auto_reset")
+        chunk = manager.num_action_chunks
+        state_ids, task_ids = self._ids(manager, offset=6)
+        with self._variant("train.auto_reset=true", f"train.max_episode_steps={chunk}") as auto:
+            auto.reset_envs_to_state_ids(state_ids, task_ids)
+            first = auto.chunk_step(self._actions(auto, 9))
+            assert np.asarray(first.infos["episode_ended"]).all(), "every episode ends at max_episode_steps = one chunk"
+            went = np.asarray(first.infos["reset_state_id"])
+            assert np.isin(went, manager.get_all_state_ids()).all(), f"reset_state_id {went} are not all state ids"
+            second = auto.chunk_step(self._actions(auto, 10))
+        plain = manager.reset_envs_to_state_ids(went)
+        for key in plain.obs:
+            np.testing.assert_array_equal(first.obs[key], plain.obs[key], err_msg=f"{key!r}: auto-reset start != a plain reset to it")
+        assert list(first.task_descriptions) == list(plain.task_descriptions), "descriptions after auto-reset are not the new episodes'"
+        done = second.terminations | second.truncations
+        assert not done[:, 0].any() or not done.all(), "after an auto-reset the envs did not run again"
+        np.testing.assert_array_equal(np.asarray(second.infos["episode_length"]), np.full(manager.num_envs, chunk))
+
+    def test_ignore_terminations(self, manager: ProcessEnvManager, conformance_cfg: Any) -> None:
+        """With ``ignore_terminations``, only truncation finishes an env."""
+        self._require(conformance_cfg, "ignore_terminations")
+        horizon = int(conformance_cfg.train.max_episode_steps)
+        with self._variant("train.ignore_terminations=true") as variant:
+            variant.reset_envs_to_state_ids(*self._ids(variant, offset=7))
+            for seed in range(horizon // variant.num_action_chunks):
+                out = variant.chunk_step(self._actions(variant, 20 + seed))
+                done = np.asarray(out.infos["episode_done"], dtype=bool)
+                assert (out.truncations[:, -1] | ~done).all(), "an env finished without truncation under ignore_terminations"
+
+    def test_flip_images(self, manager: ProcessEnvManager, conformance_cfg: Any) -> None:
+        """``flip_images`` rotates every image 180 degrees and changes nothing else."""
+        self._require(conformance_cfg, "flip_images")
+        state_ids, task_ids = self._ids(manager, offset=8)
+        flip = bool(conformance_cfg.train.flip_images)
+        mine = manager.reset_envs_to_state_ids(state_ids, task_ids).obs
+        with self._variant(f"train.flip_images={str(not flip).lower()}") as variant:
+            theirs = variant.reset_envs_to_state_ids(state_ids, task_ids).obs
+        for key in mine:
+            expected = theirs[key][:, ::-1, ::-1] if key in ("full_image", "wrist_image") else theirs[key]
+            np.testing.assert_array_equal(mine[key], expected, err_msg=f"{key!r}: flip_images is not a 180-degree rotation")
+
+    def test_settle_steps_are_not_part_of_the_episode(self, manager: ProcessEnvManager, conformance_cfg: Any) -> None:
+        """Settle steps run before the first observation and do not count towards the episode."""
+        self._require(conformance_cfg, "settle_steps")
+        with self._variant(f"train.settle_steps={int(conformance_cfg.train.settle_steps) + 2}") as variant:
+            variant.reset_envs_to_state_ids(*self._ids(variant, offset=9))
+            out = variant.chunk_step(self._actions(variant, 11))
+        np.testing.assert_array_equal(np.asarray(out.infos["episode_length"]), np.full(variant.num_envs, variant.num_action_chunks))
+
+    def test_action_transform_changes_what_actions_do(self, manager: ProcessEnvManager, conformance_cfg: Any) -> None:
+        """Each ``action_transform`` the backend takes changes the outcome of the same actions."""
+        self._require(conformance_cfg, "action_transform")
+        state_ids, task_ids = self._ids(manager, offset=10)
+        actions = self._actions(manager, 12)
+        actions[..., -1] = 0.9  # a gripper command in [0, 1], which openvla maps to the other sign
+        mine = manager.reset_envs_to_state_ids(state_ids, task_ids)
+        mine_step = manager.chunk_step(actions)
+        other = "openvla" if str(conformance_cfg.train.action_transform) == "none" else "none"
+        with self._variant(f"train.action_transform={other}") as variant:
+            variant.reset_envs_to_state_ids(state_ids, task_ids)
+            theirs_step = variant.chunk_step(actions)
+        assert mine.obs["state"].shape == theirs_step.obs["state"].shape
+        assert not np.array_equal(mine_step.obs["state"], theirs_step.obs["state"]), "action_transform made no difference"
