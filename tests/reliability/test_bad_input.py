@@ -188,6 +188,12 @@ def test_policy_spec_is_never_code() -> None:
     assert policy(step()).shape == (N, CHUNK, 7)
 
 
+def test_policy_factory_is_told_the_chunk_and_action_sizes() -> None:
+    policy = load_policy("tests.reliability.policy_example:make_policy", 3, 5, seed=11)
+    assert policy.made_with == (3, 5, 11)  # type: ignore[attr-defined]
+    assert policy(step()).shape == (N, 3, 5)
+
+
 @pytest.mark.parametrize(
     ("argv", "fragment"),
     [

@@ -3,11 +3,22 @@
 A policy is any callable ``(obs: DataProto) -> np.ndarray [n, chunk, action_dim]``.
 ``module:callable`` imports exactly the module the user names and takes exactly
 the attribute named; nothing in a config value is evaluated as code.
+
+The attribute is either the policy itself, or a **factory** that builds it: a
+function or class whose parameters include ``chunk`` and ``action_dim`` (and, if it
+wants one, ``seed``), called with those as keyword arguments::
+
+    def make_policy(chunk: int, action_dim: int, seed: int = 0) -> Policy:
+        model = load_my_model()
+        return lambda obs: model.act(obs, chunk)      # [n, chunk, action_dim] float32
+
+    envfleet rollout --policy my_pkg.policies:make_policy ...
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import time
 from collections.abc import Callable
@@ -60,11 +71,19 @@ class SleepPolicy(ZeroPolicy):
         return super().__call__(obs)
 
 
+def _is_factory(obj: Any) -> bool:
+    try:
+        params = inspect.signature(obj).parameters
+    except (TypeError, ValueError):
+        return False
+    return "chunk" in params and "action_dim" in params
+
+
 def load_policy(spec: str, chunk: int, action_dim: int, seed: int = 0) -> Policy:
     """Build a policy from ``zero``, ``random``, ``sleep:SECONDS`` or ``package.module:callable``.
 
-    For ``module:callable`` the attribute may be a policy callable or a factory
-    taking ``(chunk, action_dim)`` if it is a class.
+    For ``module:callable`` the attribute may be a policy callable, or a factory (see
+    the module doc) called with ``chunk``, ``action_dim`` and, when it takes one, ``seed``.
 
     :raises ConfigError: naming the spec and what was expected.
     """
@@ -93,7 +112,11 @@ def load_policy(spec: str, chunk: int, action_dim: int, seed: int = 0) -> Policy
         if not hasattr(obj, part):
             raise ConfigError(f"policy {spec!r}: module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
-    if isinstance(obj, type):
+    if _is_factory(obj):
+        params = inspect.signature(obj).parameters
+        kwargs = {"chunk": chunk, "action_dim": action_dim, **({"seed": seed} if "seed" in params else {})}
+        obj = obj(**kwargs)
+    elif isinstance(obj, type):
         obj = obj(chunk, action_dim)
     if not callable(obj):
         raise ConfigError(f"policy {spec!r}: {attr!r} is not callable")
