@@ -124,7 +124,11 @@ class Env:
         raise NotImplementedError
 
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
-        """Step every env through ``actions`` of shape ``[num_envs, chunk, action_dim]``."""
+        """Step every env through ``actions`` of shape ``[num_envs, chunk, action_dim]``.
+
+        Through the manager, ``actions`` is a **read-only** float32 array over the received
+        message's bytes (no copy is made for the env): copy it before changing it in place.
+        """
         raise NotImplementedError
 
     def flush_video(self, subdir: str) -> list[str]:
