@@ -165,3 +165,14 @@ def test_a_failure_while_running_is_one_line_that_says_how_to_see_more(tmp_path)
     assert "Traceback (most recent call last)" not in out.stderr
     full = run(*args, "--traceback")
     assert full.returncode == 1 and "Traceback (most recent call last)" in full.stderr and "shows where" not in full.stderr
+
+
+def test_backends_check_builds_and_steps_each_backend() -> None:
+    ok = run("backends", "--check", "toy")
+    assert "toy: ok (build " in ok.stdout and "step " in ok.stdout, ok.stdout
+    bad = run("backends", "--check", "toy", "train.toy.raise_in_constructor=true")
+    assert bad.returncode == 1
+    assert "toy: FAILED: EnvFleetSimulatorError: backend 'toy' raised while building the env" in bad.stdout
+    assert "raise_in_constructor is set" in bad.stdout
+    usage = run("backends", "--check", "nosuch")
+    assert usage.returncode == 2 and "not installed: nosuch" in usage.stderr

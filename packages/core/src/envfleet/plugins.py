@@ -98,6 +98,9 @@ class BackendSpec:
         :data:`envfleet.config.OPTIONAL_KEYS` (``auto_reset``, ``ignore_terminations``,
         ``render``, ``flip_images``, ``settle_steps``, ``action_transform``). A config that sets
         any other of them to a value that asks something of the backend is rejected at load.
+    :param check_config: config sections (``{"train": {...}, "actor": {...}}``) that make the
+        smallest config this backend runs with, for ``envfleet backends --check`` (e.g. a suite
+        name the backend requires).
     :param package: the distribution that provides it (shown by ``envfleet backends``).
     :param description: one line for listings.
     """
@@ -110,6 +113,7 @@ class BackendSpec:
     envs_per_process: int | Callable[[Any], int | None] | None = 1
     action_dim: int | None = None
     implements: frozenset[str] = frozenset()
+    check_config: dict[str, Any] = field(default_factory=dict)
     package: str = ""
     description: str = ""
 

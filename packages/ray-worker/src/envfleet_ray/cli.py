@@ -33,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"--traceback (anywhere on the line) or {TRACEBACK_ENV}=1: print the full traceback of a failure.",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    sub.add_parser("backends", help="list installed backends and plugins that failed to load (exit code 1 if any did)")
+    be = sub.add_parser("backends", help="list installed backends and plugins that failed to load (exit code 1 if any did)")
+    be.add_argument("--check", action="store_true", help="also build and step each backend once (exit code 1 if any fails)")
+    be.add_argument("names", nargs="*", help="with --check: the backends to check (default all), and key=value overrides")
     ro = sub.add_parser("rollout", help="run a pipelined rollout (the main job)")
     ro.add_argument("--config", help="YAML config in verl's env layout")
     ro.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray on 127.0.0.1)")
@@ -47,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_backends() -> int:
-    """Print the installed backends and the plugins that failed to load; 1 if any failed, else 0."""
+def cmd_backends(check: bool = False, names: Sequence[str] = ()) -> int:
+    """Print the installed backends and the plugins that failed to load; with ``check``, build and
+    step each backend once. Returns 1 if a plugin failed to load or a check failed, else 0."""
     from envfleet.plugins import list_backends, plugin_failures
 
     specs = list_backends()
@@ -64,8 +67,20 @@ def cmd_backends() -> int:
         print("\nplugins that failed to load:")
         for failure in failures:
             print(f"  {failure.name}: {failure.what}: {type(failure.error).__name__}: {failure.error}")
-        return 1
-    return 0
+    if not check:
+        return 1 if failures else 0
+    from envfleet.check import check_backend
+
+    overrides = [n for n in names if "=" in n]
+    chosen = [n for n in names if "=" not in n] or list(specs)
+    unknown = [n for n in chosen if n not in specs]
+    if unknown:
+        raise _UsageError(f"envfleet backends --check: not installed: {', '.join(unknown)} (installed: {', '.join(specs) or 'none'})")
+    print("\nchecks (build one env, reset it, step one chunk):")
+    results = [check_backend(name, overrides) for name in chosen]
+    for result in results:
+        print(f"  {result.line()}", flush=True)
+    return 1 if failures or not all(r.ok for r in results) else 0
 
 
 class _Progress:
@@ -231,7 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         if args.command == "backends":
-            return cmd_backends()
+            if args.names and not args.check:
+                raise _UsageError("envfleet backends: backend names and overrides go with --check")
+            return cmd_backends(args.check, args.names)
         return cmd_rollout(args)
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
