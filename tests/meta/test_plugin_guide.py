@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -42,10 +43,37 @@ def test_following_the_guide_in_a_fresh_venv(tmp_path) -> None:
         assert out.returncode == 0, f"{' '.join(cmd)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
         return out
 
-    # envfleet itself (core + the command), pinned; then the guide's package, as a user installs it.
-    run(py, "-m", "pip", "install", "-q", "-c", pins, str(ROOT / "packages" / "core"), str(ROOT / "packages" / "ray-worker"), "pytest")
+    # envfleet itself (core with its testing extra, and the command), pinned; then the guide's package, as a user installs it.
+    core = str(ROOT / "packages" / "core")
+    run(py, "-m", "pip", "install", "-q", "-c", pins, f"envfleet[testing] @ file://{core}", str(ROOT / "packages" / "ray-worker"))
     run(py, "-m", "pip", "install", "-q", "-c", pins, "./envfleet-line")
-    listed = run(str(env_dir / "bin" / "envfleet"), "backends").stdout
+    envfleet = str(env_dir / "bin" / "envfleet")
+    listed = run(envfleet, "backends").stdout
     assert re.search(r"^line\s+envfleet-line\s+0\.1\.0", listed, flags=re.M), listed
-    suite = run(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "envfleet-line/tests")
+    checked = run(envfleet, "backends", "--check", "line").stdout
+    assert re.search(r"line: ok \(build [0-9.]+ s", checked), checked
+    suite = run(py, "-m", "pytest", "-v", "-p", "no:cacheprovider", "envfleet-line/tests")
     assert re.search(r"\d+ passed", suite.stdout) and "failed" not in suite.stdout, suite.stdout
+    for declared in ("test_auto_reset", "test_ignore_terminations"):  # the declared keys are tested, not skipped
+        assert f"TestLineConformance::{declared} PASSED" in suite.stdout, suite.stdout
+    # A rollout with auto_reset, as the guide shows it: every task is described by its own episodes.
+    out_dir = tmp_path / "run"
+    rollout = run(
+        envfleet,
+        "rollout",
+        "--steps",
+        "12",
+        "--policy",
+        "random",
+        "--out",
+        str(out_dir),
+        "train.simulator_type=line",
+        "train.num_envs=3",
+        "actor.model.num_action_chunks=4",
+        "train.max_episode_steps=8",
+        "train.auto_reset=true",
+    )
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["episodes"] >= 12, (summary, rollout.stdout)  # 12 chunks of 4 sub-steps, 3 envs, 8-step episodes
+    for task, row in summary["per_task"].items():
+        assert row["description"].endswith(f"(task {task})"), summary["per_task"]
