@@ -254,3 +254,25 @@ def test_success_inside_a_chunk_renders_that_sub_step_and_auto_resets(spatial_en
     for key in out.obs:
         np.testing.assert_array_equal(out.obs[key], fresh.obs[key], err_msg=f"{key}: auto-reset obs != reset obs")
     assert out.task_descriptions == fresh.task_descriptions
+
+
+def test_success_metrics_of_a_libero_episode_that_succeeds_mid_chunk(spatial_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LIBERO's success check passes at one sub-step only: success at any step, not at the end once the
+    episode runs on (ignore_terminations); both when the success ends the episode; and a check that
+    already passes at reset is reported."""
+    from envfleet_libero.env import LiberoSim
+
+    env = spatial_env
+    actions = _moving_actions(5, gripper=-1.0)
+    monkeypatch.setattr(LiberoSim, "check_success", lambda self: self.renv.timestep == SUCCESS_AT + 1)
+    for ignore, at_end in ((False, True), (True, False)):
+        env.tracker.ignore_terminations = ignore
+        env.reset_envs_to_state_ids(np.array([5]))
+        out = env.chunk_step(actions)
+        assert out.infos["success_once"][0] and bool(out.infos["success_at_end"][0]) is at_end, ignore
+        assert not out.infos["success_at_reset"][0]
+    env.tracker.ignore_terminations = False
+    monkeypatch.setattr(LiberoSim, "check_success", lambda self: True)
+    env.reset_envs_to_state_ids(np.array([5]))
+    assert env.chunk_step(actions).infos["success_at_reset"][0]
+    monkeypatch.undo()

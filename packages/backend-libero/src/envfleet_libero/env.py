@@ -498,7 +498,8 @@ class LiberoEnv(Env):
         sim = self._sim_for(i, task)
         obs = sim.reset(self.suite.tasks[task].init_states[trial], self.seed, self.settle_steps, self.render_all)
         self._write_obs(i, obs, images=True)
-        self.tracker.begin(np.array([i]), np.array([sid]), np.array([task]))
+        # LIBERO's initial states should never already solve the task; report it if one does.
+        self.tracker.begin(np.array([i]), np.array([sid]), np.array([task]), np.array([bool(sim.check_success())]))
 
     def _step_one(self, i: int, action: np.ndarray, last_of_chunk: bool) -> bool:
         """One sub-step of env ``i``; returns LIBERO's success check after it.

@@ -12,9 +12,12 @@ The semantics every backend follows (documented in docs/concepts.md):
   state id of a seeded cycle; the infos of that chunk still describe the episode
   that ended, and ``reset_state_id`` says where each env went (-1: not reset).
 
-Infos per env at the end of each chunk: ``success_once``, ``episode_return``,
-``episode_length``, ``state_id``, ``task_id``, ``episode_done`` (finished now),
-``episode_ended`` (finished during this chunk) and ``reset_state_id``.
+Infos per env at the end of each chunk: ``success_once`` (success at any sub-step of the
+episode), ``success_at_end`` (success at its latest simulated sub-step: for an episode that
+ended, at its last), ``success_at_reset`` (the task was already solved by the initial
+state, when the backend can tell), ``episode_return``, ``episode_length``, ``state_id``,
+``task_id``, ``episode_done`` (finished now), ``episode_ended`` (finished during this
+chunk) and ``reset_state_id``.
 
 A backend calls :meth:`EpisodeTracker.begin` on reset, :meth:`EpisodeTracker.active`
 before each sub-step (simulate only those envs), :meth:`EpisodeTracker.record` after
@@ -106,18 +109,29 @@ class EpisodeTracker:
         self.length = np.zeros(self.n, dtype=np.int64)
         self.ret = np.zeros(self.n, dtype=np.float32)
         self.success_once = np.zeros(self.n, dtype=bool)
+        self.last_success = np.zeros(self.n, dtype=bool)
+        self.success_at_reset = np.zeros(self.n, dtype=bool)
         self.done = np.ones(self.n, dtype=bool)  # nothing to simulate before the first reset
         self.end_term = np.zeros(self.n, dtype=bool)
         self.end_trunc = np.zeros(self.n, dtype=bool)
         self._chunk: ChunkFlags | None = None
 
-    def begin(self, envs: np.ndarray | slice, state_ids: np.ndarray, task_ids: np.ndarray) -> None:
-        """Start new episodes for ``envs`` (indices or a slice)."""
+    def begin(
+        self, envs: np.ndarray | slice, state_ids: np.ndarray, task_ids: np.ndarray, success_at_reset: np.ndarray | None = None
+    ) -> None:
+        """Start new episodes for ``envs`` (indices or a slice).
+
+        :param success_at_reset: whether each initial state already passes the task's success
+            check, for a backend that can tell (it should be False: a True is reported as
+            ``success_at_reset`` and counted by the worker's metrics, which warn about it).
+        """
         self.state_ids[envs] = state_ids
         self.task_ids[envs] = task_ids
         self.length[envs] = 0
         self.ret[envs] = 0.0
         self.success_once[envs] = False
+        self.last_success[envs] = False
+        self.success_at_reset[envs] = False if success_at_reset is None else success_at_reset
         self.done[envs] = False
         self.end_term[envs] = False
         self.end_trunc[envs] = False
@@ -147,6 +161,7 @@ class EpisodeTracker:
         reward = succ * np.float32(self.reward_coef)
         self.ret += reward
         self.success_once |= succ
+        self.last_success = np.where(sim, succ, self.last_success)
         trunc = sim & (self.length >= self.max_episode_steps)
         ends = trunc | succ if not self.ignore_terminations else trunc
         if not self.ignore_terminations:
@@ -166,6 +181,8 @@ class EpisodeTracker:
         self._chunk = None
         c.infos = {
             "success_once": self.success_once.copy(),
+            "success_at_end": self.last_success.copy(),
+            "success_at_reset": self.success_at_reset.copy(),
             "episode_return": self.ret.copy(),
             "episode_length": self.length.copy(),
             "state_id": self.state_ids.copy(),
@@ -179,7 +196,19 @@ class EpisodeTracker:
     def get_state(self) -> dict[str, Any]:
         """Counters, for offload."""
         return {
-            k: getattr(self, k).copy() for k in ("state_ids", "task_ids", "length", "ret", "success_once", "done", "end_term", "end_trunc")
+            k: getattr(self, k).copy()
+            for k in (
+                "state_ids",
+                "task_ids",
+                "length",
+                "ret",
+                "success_once",
+                "last_success",
+                "success_at_reset",
+                "done",
+                "end_term",
+                "end_trunc",
+            )
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
