@@ -173,6 +173,7 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             action_dim=None,  # depends on the task; the shard checks actor.model.action_dim against it
             implements={"auto_reset", "ignore_terminations", "render"},
             check_config={"actor": {"model": {"action_dim": KNOWN_TASKS[PUSHER_TASK].action_dim}}},
+            result_packages=("isaaclab", "newton", "warp-lang"),
             package="envfleet-isaac",
             description="Isaac Lab tasks (3.x kit-less / 2.x Isaac Sim), batched per stage, seeded bank of initial states",
         )

@@ -37,6 +37,7 @@ as with ``render: all``, so the images are bit-identical to it.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -158,6 +159,17 @@ class LiberoSim:
         _log(f"built task {task.index} ({task.name}) in {time.perf_counter() - t0:.1f} s")
 
     # ------------------------------------------------------------------ rendering
+    def gl_strings(self) -> dict[str, str]:
+        """GL vendor, renderer and version of this simulator's offscreen context (empty before its first render)."""
+        ctx = getattr(self.renv.sim, "_render_context_offscreen", None)
+        if ctx is None:
+            return {}
+        ctx.gl_ctx.make_current()
+        from OpenGL import GL
+
+        names = (("gl_vendor", GL.GL_VENDOR), ("gl_renderer", GL.GL_RENDERER), ("gl_version", GL.GL_VERSION))
+        return {key: GL.glGetString(enum).decode(errors="replace") for key, enum in names}
+
     def _install_render_switch(self) -> None:
         """Wrap every camera observable's sensor so that ``skip_render`` can skip ``sim.render``.
 
@@ -362,6 +374,14 @@ class LiberoEnv(Env):
     def observation_spec(self) -> ObservationSpec:
         """``full_image``, ``wrist_image`` (two cameras), ``state``."""
         return dict(self._spec)
+
+    def renderer_info(self) -> dict[str, str]:
+        """The GL platform chosen for this process and the GL strings of a built simulator's context."""
+        info = {"platform": os.environ.get("MUJOCO_GL", self.mujoco_gl)}
+        sim = next((sim for sim in self.sims if sim is not None), None)
+        if sim is not None:
+            info.update(sim.gl_strings())
+        return info
 
     def get_all_state_ids(self) -> np.ndarray:
         """Every (task, trial) of the suite, numbered task by task."""

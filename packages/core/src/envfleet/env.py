@@ -149,6 +149,14 @@ class Env:
         """
         return False
 
+    def renderer_info(self) -> dict[str, str]:
+        """Optional: what renders the images, for a result's protocol fingerprint.
+
+        For example ``{"platform": "egl", "gl_vendor": "Mesa", "gl_renderer": "llvmpipe (LLVM 15.0.7, 256 bits)"}``.
+        The default is empty (the shard adds ``MUJOCO_GL`` / ``PYOPENGL_PLATFORM`` from its environment).
+        """
+        return {}
+
     def get_state(self) -> Any:
         """A picklable snapshot from which :meth:`load_state` continues the same episodes.
 

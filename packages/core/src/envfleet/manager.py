@@ -403,6 +403,11 @@ class ProcessEnvManager:
         self.close()
 
     # ------------------------------------------------------------------ Env surface
+    def renderer_info(self) -> dict[str, str]:
+        """What renders this stage's images (asked of its first shard): GL platform, vendor, renderer."""
+        self._check_running()
+        return dict(self._broadcast("renderer_info", lambda s: {}, self._res.shards[:1], self.step_timeout_s)[0])
+
     def get_all_state_ids(self) -> np.ndarray:
         """Every state id the backend can reset to."""
         self._check_running()

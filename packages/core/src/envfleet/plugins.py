@@ -101,6 +101,9 @@ class BackendSpec:
     :param check_config: config sections (``{"train": {...}, "actor": {...}}``) that make the
         smallest config this backend runs with, for ``envfleet backends --check`` (e.g. a suite
         name the backend requires).
+    :param result_packages: the distributions whose versions decide this backend's results
+        (its simulator, renderer bindings, benchmark assets), recorded in every result's
+        protocol fingerprint next to envfleet's and :attr:`package`'s.
     :param package: the distribution that provides it (shown by ``envfleet backends``).
     :param description: one line for listings.
     """
@@ -114,6 +117,7 @@ class BackendSpec:
     action_dim: int | None = None
     implements: frozenset[str] = frozenset()
     check_config: dict[str, Any] = field(default_factory=dict)
+    result_packages: tuple[str, ...] = ()
     package: str = ""
     description: str = ""
 

@@ -181,6 +181,11 @@ class _Server:
     def flush_video(self, msg: dict[str, Any]) -> list[str]:
         return list(self.env.flush_video(msg["subdir"]))
 
+    def renderer_info(self, msg: dict[str, Any]) -> dict[str, str]:
+        info = {k.lower(): os.environ[k] for k in ("MUJOCO_GL", "PYOPENGL_PLATFORM") if os.environ.get(k)}
+        info.update({str(k): str(v) for k, v in self.env.renderer_info().items()})
+        return info
+
     def ping(self, msg: dict[str, Any]) -> int:
         return os.getpid()
 
