@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -231,3 +233,79 @@ def test_finish_rollout_pairs_each_task_with_its_own_description_under_auto_rese
     assert sorted(per_task) == [0, 1, 2]
     for task, row in per_task.items():
         assert row["description"].endswith(f"(task {task})"), (task, row["description"])
+
+
+def _seeker(ignore_terminations: bool, **extra: str) -> EnvWorker:
+    overrides = [
+        "train.simulator_type=toy",
+        "train.num_envs=1",
+        "actor.model.num_action_chunks=8",
+        "train.max_episode_steps=64",
+        f"train.ignore_terminations={str(ignore_terminations).lower()}",
+        *[f"{k}={v}" for k, v in extra.items()],
+    ]
+    w = EnvWorker(load_config(overrides=overrides), rank=0)
+    w.init_worker()
+    w.init_simulator()
+    return w
+
+
+def _run_through_the_goal(w: EnvWorker, state_id: int = 4) -> dict:
+    """Head for the goal in a straight line and keep going: the point crosses the goal mid-chunk."""
+    first = w.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": np.array([state_id])}))
+    px, py, gx, gy = first.batch["state"][0, :4].tolist()
+    direction = np.array([gx - px, gy - py]) / np.hypot(gx - px, gy - py)
+    actions = np.zeros((1, 8, 7), np.float32)
+    actions[..., :2] = direction
+    for _ in range(8):
+        w.env_interact_step(DataProto.from_dict(non_tensors={"actions": actions}, meta_info={"stage_id": 0}))
+    return w.finish_rollout()
+
+
+@pytest.mark.parametrize("ignore_terminations", [False, True], ids=["terminations-end-episodes", "ignore-terminations"])
+def test_both_success_metrics_on_an_episode_that_succeeds_mid_chunk(ignore_terminations) -> None:
+    w = _seeker(ignore_terminations)
+    try:
+        metrics = _run_through_the_goal(w)
+    finally:
+        w.close()
+    (row,) = metrics["per_task"].values()
+    assert row["episodes"] == 1 and row["successes"] == 1 and row["successful_at_reset"] == 0
+    # Ended at its first success, the episode is a success at its end too; run on through the
+    # goal (ignore_terminations), it ends outside it.
+    assert row["successes_at_end"] == (0 if ignore_terminations else 1)
+    if ignore_terminations:
+        assert row["mean_length"] == 64
+    else:
+        assert row["mean_length"] < 64
+    assert metrics["warnings"] == []
+
+
+def test_fingerprint_is_stable_and_sensitive_and_videos_get_a_sidecar(tmp_path) -> None:
+    import json
+
+    def fingerprint_of(state_id: int = 4, **extra: str) -> dict:
+        w = _seeker(False, **extra)
+        try:
+            return _run_through_the_goal(w, state_id)
+        finally:
+            w.close()
+
+    base = fingerprint_of()["fingerprint"]
+    assert base == fingerprint_of()["fingerprint"]  # the same config on the same machine
+    assert base["backend"] == "toy" and base["state_ids"]["count"] == 1 and base["packages"]["envfleet"]
+    # The toy draws with numpy: its renderer record is the shard's GL settings.
+    assert base["renderer"] == {k.lower(): os.environ[k] for k in ("MUJOCO_GL", "PYOPENGL_PLATFORM") if os.environ.get(k)}
+    changed = {
+        "seed": fingerprint_of(**{"train.seed": "7"}),
+        "render": fingerprint_of(**{"train.render": "all"}),
+        "cameras": fingerprint_of(**{"train.init_params.camera_heights": "32"}),
+        "horizon": fingerprint_of(**{"train.max_episode_steps": "63"}),
+        "state ids": fingerprint_of(state_id=5),
+    }
+    for what, metrics in changed.items():
+        assert metrics["fingerprint"]["hash"] != base["hash"], what
+    video = fingerprint_of(**{"train.video_cfg.save_video": "true", "train.video_cfg.video_base_dir": str(tmp_path)})
+    (path,) = video["videos"]
+    sidecar = json.loads(open(path[: -len(".mp4")] + ".json").read())
+    assert sidecar["video"] == "0.mp4" and sidecar["stage"] == 0 and sidecar["fingerprint"]["hash"] == video["fingerprint"]["hash"]

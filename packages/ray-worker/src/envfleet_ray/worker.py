@@ -16,6 +16,8 @@ the same stage run one after another (a lock per stage).
 from __future__ import annotations
 
 import collections
+import json
+import logging
 import os
 import socket
 import threading
@@ -31,41 +33,16 @@ from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.env import ResetResult
 from envfleet.errors import InvalidInputError
+from envfleet.fingerprint import fingerprint, protocol
 from envfleet.manager import ProcessEnvManager
+from envfleet.plugins import get_backend
 
 from .batch import OBS_KEYS, create_env_batch_dataproto, put_tensor_cpu
+from .metrics import EpisodeMetrics
 
 __all__ = ["EnvWorker", "put_tensor_cpu", "create_env_batch_dataproto", "OBS_KEYS"]
 
-
-class _Metrics:
-    """Per-task episode statistics and where the time went, since the last finish_rollout."""
-
-    def __init__(self) -> None:
-        self.per_task: dict[int, dict[str, float]] = collections.defaultdict(
-            lambda: {"episodes": 0, "successes": 0, "return_sum": 0.0, "length_sum": 0}
-        )
-        self.descriptions: dict[int, str] = {}
-        self.env_steps = 0
-        self.chunks = 0
-        self.worker_s = 0.0
-
-    def add_step(self, infos: Mapping[str, np.ndarray], descriptions: list[str], n: int, chunk: int, simulated: np.ndarray | None) -> None:
-        """Count a step; ``descriptions`` are those of the episodes that ran during it."""
-        self.chunks += 1
-        self.env_steps += int(n * chunk) if simulated is None else int(simulated)
-        ended = infos.get("episode_ended")
-        if ended is None:
-            return
-        for i in np.nonzero(np.asarray(ended))[0]:
-            task = int(infos["task_id"][i])
-            row = self.per_task[task]
-            row["episodes"] += 1
-            row["successes"] += int(bool(infos["success_once"][i]))
-            row["return_sum"] += float(infos["episode_return"][i])
-            row["length_sum"] += int(infos["episode_length"][i])
-            if i < len(descriptions):
-                self.descriptions[task] = descriptions[i]
+log = logging.getLogger(__name__)
 
 
 class EnvWorker:
@@ -91,11 +68,12 @@ class EnvWorker:
         self._managers: dict[str, list[ProcessEnvManager]] = {}
         self._stage_locks = [threading.Lock() for _ in range(self.stage_num)]
         self._init_lock = threading.Lock()
-        self._metrics: dict[str, _Metrics] = collections.defaultdict(_Metrics)
+        self._metrics: dict[str, EpisodeMetrics] = collections.defaultdict(EpisodeMetrics)
         # (mode, stage) -> the description of the episode each row is running. With auto_reset
         # a step's own descriptions are those of the episodes that replaced the ended ones.
         self._running: dict[tuple[str, int], list[str]] = {}
         self._restarts_reported: dict[tuple[str, int], int] = {}  # (mode, stage) -> restarts already in metrics
+        self._used_ids: dict[tuple[str, int], set[int]] = collections.defaultdict(set)  # (mode, stage) -> state ids reset to
         self._last_reset: dict[str, DataProto] = {}
         self._pool = ThreadPoolExecutor(max_workers=max(self.stage_num, 1), thread_name_prefix=f"envfleet-w{rank}")
         self._lane: Any = None
@@ -222,7 +200,10 @@ class EnvWorker:
         metrics = self._metrics[mode]
         running = self._running.get((mode, stage), result.task_descriptions)
         self._running[(mode, stage)] = list(result.task_descriptions)
-        metrics.add_step(result.infos, running, manager.num_envs, result.rewards.shape[1], None)
+        went = result.infos.get("reset_state_id")
+        if went is not None:
+            self._used_ids[(mode, stage)].update(int(i) for i in np.asarray(went) if i >= 0)
+        metrics.add_step(result.infos, running, manager.num_envs, result.rewards.shape[1])
         metrics.worker_s += time.perf_counter() - t0 - inner
         return out
 
@@ -268,6 +249,7 @@ class EnvWorker:
             stage_obs: dict[str, Any] = dict(r.obs)
             stage_obs["task_descriptions"] = r.task_descriptions
             self._running[(mode, s)] = list(r.task_descriptions)
+            self._used_ids[(mode, s)].update(int(i) for i in np.asarray(state_ids[s * n : (s + 1) * n]))
             z = np.zeros((n, 0))
             part = create_env_batch_dataproto(stage_obs, z.astype(np.float32), z.astype(bool), z.astype(bool), r.infos)
             part.non_tensor_batch["stage_id"] = np.full(n, s, dtype=np.int64)
@@ -306,32 +288,41 @@ class EnvWorker:
     def finish_rollout(self, mode: str = "train") -> dict[str, Any]:
         """Flush videos (``stage_{i}`` subdirectories) and return the rollout's metrics since the last call.
 
-        ``per_task``: task id -> description, episodes, successes, success_rate,
-        mean_return, mean_length; ``sim_restarts``; ``restart_causes``: one entry per
+        ``per_task``: task id -> :meth:`~envfleet_ray.metrics.TaskStats.as_dict` (description,
+        episodes, successes and success_rate at any step, successes_at_end and
+        success_at_end_rate, successful_at_reset, mean_return, mean_length); ``warnings``
+        (e.g. episodes already successful at reset); ``protocol``, ``state_ids_used`` and
+        ``fingerprint`` (:mod:`envfleet.fingerprint`; each video also gets a ``.json`` sidecar
+        with its stage's fingerprint); ``sim_restarts``; ``restart_causes``: one entry per
         simulator restart since the last call (rank, stage, shard, envs, cause, exit code or
         signal, the simulator's last output lines, time); ``time``: seconds inside the
         simulators, in transfer (messaging and copies) and in the worker; ``videos``.
         """
         mode = self._mode(mode=mode)
         managers = self._managers.get(mode, [])
+        parts = self._protocol(mode, managers)
+        used = [self._used_ids.pop((mode, s), set()) for s in range(len(managers))]
         videos: list[str] = []
         for s, m in enumerate(managers):
             with self._stage_locks[s]:
-                videos += m.flush_video(f"stage_{s}")
+                paths = m.flush_video(f"stage_{s}")
+            sidecar = {"rank": self.rank, "stage": s, "fingerprint": fingerprint(parts, used[s])}
+            for path in paths:
+                with open(os.path.splitext(path)[0] + ".json", "w") as fh:
+                    json.dump({"video": os.path.basename(path), **sidecar}, fh, indent=2, default=str)
+            videos += paths
         for m in managers:
             m.wait_video()
-        metrics = self._metrics.pop(mode, _Metrics())
-        per_task = {}
-        for task, row in sorted(metrics.per_task.items()):
-            eps = int(row["episodes"])
-            per_task[task] = {
-                "description": metrics.descriptions.get(task, ""),
-                "episodes": eps,
-                "successes": int(row["successes"]),
-                "success_rate": row["successes"] / eps if eps else 0.0,
-                "mean_return": row["return_sum"] / eps if eps else 0.0,
-                "mean_length": row["length_sum"] / eps if eps else 0.0,
-            }
+        metrics = self._metrics.pop(mode, EpisodeMetrics())
+        per_task = metrics.per_task_dict()
+        warnings = [
+            f"task {task}: {row['successful_at_reset']} of {row['episodes']} episodes were already successful at reset "
+            "(their initial state passes the success check; success rates count them)"
+            for task, row in per_task.items()
+            if row["successful_at_reset"]
+        ]
+        for warning in warnings:
+            log.warning("worker %d: %s", self.rank, warning)
         restart_causes = []
         for s, m in enumerate(managers):
             seen = self._restarts_reported.get((mode, s), 0)
@@ -349,9 +340,25 @@ class EnvWorker:
             "chunks": metrics.chunks,
             "sim_restarts": sum(m.stats.restarts for m in managers),
             "restart_causes": restart_causes,
+            "warnings": warnings,
+            "protocol": parts,
+            "state_ids_used": sorted(set().union(*used)),
+            "fingerprint": fingerprint(parts, set().union(*used)),
             "time": {"simulator_s": sim_s, "transfer_s": transfer_s, "worker_s": metrics.worker_s},
             "videos": videos,
         }
+
+    def _protocol(self, mode: str, managers: list[ProcessEnvManager]) -> dict[str, Any]:
+        """This mode's protocol (see :mod:`envfleet.fingerprint`), its renderer asked of stage 0's first shard."""
+        renderer: dict[str, str] = {}
+        if managers and managers[0].running:
+            try:
+                with self._stage_locks[0]:
+                    renderer = managers[0].renderer_info()
+            except Exception as exc:  # a renderer we cannot describe is part of the record too
+                renderer = {"error": f"{type(exc).__name__}: {exc}"}
+        section = self.cfg[mode]
+        return protocol(section, get_backend(str(section.simulator_type)), renderer)
 
     def __del__(self) -> None:  # the managers clean up on GC too; this makes it prompt
         try:

@@ -1,0 +1,120 @@
+"""Per-task episode statistics: one type, filled by the worker and summed by the group.
+
+For each task: ``episodes``; ``successes`` (success at any sub-step of the episode,
+``success_once``) and ``success_rate``; ``successes_at_end`` (success at the episode's
+last sub-step) and ``success_at_end_rate``; ``successful_at_reset`` (episodes whose
+initial state already passed the success check: it should be 0); ``mean_return`` and
+``mean_length``. With terminations on (LIBERO's protocol: an episode ends at its first
+success) the two success counts are equal; with ``ignore_terminations`` they differ.
+
+>>> a, b = TaskStats(episodes=2, successes=1, length_sum=30), TaskStats(episodes=1, successes=1, length_sum=10)
+>>> a.add(b).as_dict()["success_rate"]
+0.6666666666666666
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TaskStats", "EpisodeMetrics", "merge_per_task"]
+
+
+@dataclass
+class TaskStats:
+    """Counts of one task's finished episodes."""
+
+    episodes: int = 0
+    successes: int = 0
+    successes_at_end: int = 0
+    successful_at_reset: int = 0
+    return_sum: float = 0.0
+    length_sum: float = 0.0
+    description: str = ""
+
+    def add(self, other: TaskStats) -> TaskStats:
+        """Add ``other``'s counts to these (the first description seen is kept); returns self."""
+        self.episodes += other.episodes
+        self.successes += other.successes
+        self.successes_at_end += other.successes_at_end
+        self.successful_at_reset += other.successful_at_reset
+        self.return_sum += other.return_sum
+        self.length_sum += other.length_sum
+        self.description = self.description or other.description
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        """Counts and rates, as plain values (what ``finish_rollout`` returns per task)."""
+        eps = self.episodes
+        return {
+            "description": self.description,
+            "episodes": eps,
+            "successes": self.successes,
+            "success_rate": self.successes / eps if eps else 0.0,
+            "successes_at_end": self.successes_at_end,
+            "success_at_end_rate": self.successes_at_end / eps if eps else 0.0,
+            "successful_at_reset": self.successful_at_reset,
+            "mean_return": self.return_sum / eps if eps else 0.0,
+            "mean_length": self.length_sum / eps if eps else 0.0,
+        }
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any]) -> TaskStats:
+        """Undo :meth:`as_dict` (sums are rebuilt from the means)."""
+        eps = int(row["episodes"])
+        return cls(
+            episodes=eps,
+            successes=int(row["successes"]),
+            successes_at_end=int(row.get("successes_at_end", 0)),
+            successful_at_reset=int(row.get("successful_at_reset", 0)),
+            return_sum=float(row["mean_return"]) * eps,
+            length_sum=float(row["mean_length"]) * eps,
+            description=str(row.get("description", "")),
+        )
+
+
+class EpisodeMetrics:
+    """What a worker counts between two ``finish_rollout`` calls: per-task stats, steps and chunks."""
+
+    def __init__(self) -> None:
+        self.per_task: dict[int, TaskStats] = collections.defaultdict(TaskStats)
+        self.env_steps = 0
+        self.chunks = 0
+        self.worker_s = 0.0
+
+    def add_step(self, infos: Mapping[str, np.ndarray], descriptions: list[str], n: int, chunk: int) -> None:
+        """Count a step of ``n`` envs; ``descriptions`` are those of the episodes that ran during it."""
+        self.chunks += 1
+        self.env_steps += int(n * chunk)
+        ended = infos.get("episode_ended")
+        if ended is None:
+            return
+        at_end = infos.get("success_at_end", infos["success_once"])
+        at_reset = infos.get("success_at_reset")
+        for i in np.nonzero(np.asarray(ended))[0]:
+            stats = self.per_task[int(infos["task_id"][i])]
+            stats.episodes += 1
+            stats.successes += int(bool(infos["success_once"][i]))
+            stats.successes_at_end += int(bool(at_end[i]))
+            stats.successful_at_reset += int(at_reset is not None and bool(at_reset[i]))
+            stats.return_sum += float(infos["episode_return"][i])
+            stats.length_sum += int(infos["episode_length"][i])
+            if i < len(descriptions):
+                stats.description = descriptions[i]
+
+    def per_task_dict(self) -> dict[int, dict[str, Any]]:
+        """Every task's :meth:`TaskStats.as_dict`, by task id."""
+        return {task: stats.as_dict() for task, stats in sorted(self.per_task.items())}
+
+
+def merge_per_task(parts: Iterable[Mapping[Any, Mapping[str, Any]]]) -> dict[int, dict[str, Any]]:
+    """Sum several workers' ``per_task`` dicts into one."""
+    total: dict[int, TaskStats] = {}
+    for part in parts:
+        for task, row in part.items():
+            total.setdefault(int(task), TaskStats()).add(TaskStats.from_dict(row))
+    return {task: stats.as_dict() for task, stats in sorted(total.items())}
