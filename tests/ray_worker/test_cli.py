@@ -176,3 +176,69 @@ def test_backends_check_builds_and_steps_each_backend() -> None:
     assert "raise_in_constructor is set" in bad.stdout
     usage = run("backends", "--check", "nosuch")
     assert usage.returncode == 2 and "not installed: nosuch" in usage.stderr
+
+
+def test_ctrl_c_writes_the_partial_summary_and_leaves_nothing_behind(tmp_path) -> None:
+    """SIGINT to the command's process group, as a terminal's Ctrl-C sends it, mid-rollout."""
+    import signal
+    import time
+
+    from ..conftest import pid_alive, shm_segments
+
+    before = shm_segments()
+    out_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            *ENVFLEET,
+            "rollout",
+            "--steps",
+            "100000",
+            "--out",
+            str(out_dir),
+            "--policy",
+            "zero",
+            "train.simulator_type=toy",
+            "train.num_envs=2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RAY_ADDRESS": ""},
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 240
+        line = ""
+        while "envfleet rollout:" not in line and time.time() < deadline:  # the group is up and stepping
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+            assert line or proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
+        time.sleep(3)
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["env_steps"] > 0
+    assert "interrupted" in stdout and "Traceback" not in stderr
+    deadline = time.time() + 30
+    while time.time() < deadline and (shm_segments() - before or any(_session_pids(proc.pid))):
+        time.sleep(0.5)
+    assert shm_segments() - before == set()
+    assert not [p for p in _session_pids(proc.pid) if pid_alive(p)]
+
+
+def _session_pids(sid: int) -> list[int]:
+    """Live processes in session ``sid`` (the command and everything it started)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                pids.append(int(entry))
+    return pids

@@ -84,140 +84,175 @@ def cmd_backends(check: bool = False, names: Sequence[str] = ()) -> int:
 
 
 class _Progress:
+    """A tqdm bar of env steps, on stderr, when it is a terminal (or ``ENVFLEET_PROGRESS=1``)."""
+
     def __init__(self, total: int, enabled: bool) -> None:
-        self.total = max(total, 1)
-        self.enabled = (enabled and sys.stderr.isatty()) or (enabled and os.environ.get("ENVFLEET_PROGRESS") == "1")
-        self.t0 = time.perf_counter()
-        self.last = 0.0
+        enabled = enabled and (sys.stderr.isatty() or os.environ.get("ENVFLEET_PROGRESS") == "1")
+        self.bar: Any = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="step", desc="env steps", file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
 
     def __call__(self, stats: Any) -> None:
-        now = time.perf_counter()
-        if not self.enabled or (now - self.last < 0.2 and stats.env_steps < self.total):
-            return
-        self.last = now
-        rate = stats.env_steps / max(now - self.t0, 1e-9)
-        frac = min(stats.env_steps / self.total, 1.0)
-        bar = "#" * int(frac * 30)
-        sys.stderr.write(f"\r[{bar:<30}] {stats.env_steps}/{self.total} env steps | {rate:7.1f} steps/s | {stats.episodes} episodes")
-        sys.stderr.flush()
+        if self.bar is not None:
+            self.bar.update(stats.env_steps - self.bar.n)
+            self.bar.set_postfix(episodes=stats.episodes, successes=stats.successes, refresh=False)
 
     def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
+        """Close the bar (safe twice)."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
-def cmd_rollout(args: argparse.Namespace) -> int:
-    """Run the main job; see ``envfleet rollout --help``."""
+def _rollout_config(args: argparse.Namespace) -> Any:
+    """The validated config of ``envfleet rollout``, with relative video paths under ``--out``."""
     from omegaconf import OmegaConf
 
     from envfleet.config import load_config
-    from envfleet.errors import ConfigError
-
-    from .policies import load_policy
 
     if args.workers < 1:
         raise _UsageError(f"envfleet rollout: --workers must be >= 1, got {args.workers}")
     if args.steps < 1:
         raise _UsageError(f"envfleet rollout: --steps must be >= 1, got {args.steps}")
     cfg = load_config(args.config, args.overrides)
-    out_dir = os.path.abspath(args.out)
     video_dir = str(cfg.train.video_cfg.video_base_dir)
     if not os.path.isabs(video_dir):
         data = OmegaConf.to_container(cfg, resolve=True)
         assert isinstance(data, dict)
         for section in ("train", "val"):
-            data[section]["video_cfg"]["video_base_dir"] = os.path.join(out_dir, video_dir)
+            data[section]["video_cfg"]["video_base_dir"] = os.path.join(os.path.abspath(args.out), video_dir)
         cfg = load_config(data={str(k): v for k, v in data.items()})
-    chunk, action_dim = int(cfg.actor.model.num_action_chunks), int(cfg.actor.model.action_dim)
-    policy = load_policy(args.policy, chunk, action_dim, seed=int(cfg.train.seed))
     if cfg.train.video_cfg.save_video:
         from envfleet.video import require_video_deps
 
         require_video_deps()
-    os.makedirs(out_dir, exist_ok=True)
+    return cfg
 
+
+def _run_rollout(args: argparse.Namespace, cfg: Any, policy: Any) -> tuple[Any, dict[str, Any], float, bool]:
+    """Start Ray and the group, run the loop, collect the metrics, and stop everything again.
+
+    Returns the loop's stats, the group's metrics, the setup time and whether Ctrl-C cut the
+    run short (the metrics then cover what ran). Nothing started here outlives the call.
+    """
     from .cluster import init_ray
-
-    ray_info = init_ray(args.address)
-    import ray
-
     from .group import EnvWorkerGroup
     from .loop import EnvLoop
 
+    ray_info = init_ray(args.address)
     group = None
+    interrupted = False
     try:
         t_setup = time.perf_counter()
         group = EnvWorkerGroup(cfg, num_workers=args.workers, cpus_per_worker=args.cpus_per_worker)
         group.init_worker()
         group.init_simulator()
         setup_s = time.perf_counter() - t_setup
-        stages, n = group.stage_num, group.num_envs
-        total = args.steps * stages * args.workers * n * chunk
-        progress = _Progress(total, not args.no_progress)
+        chunk = int(cfg.actor.model.num_action_chunks)
+        progress = _Progress(args.steps * group.stage_num * args.workers * group.num_envs * chunk, not args.no_progress)
         print(
             f"envfleet rollout: {cfg.train.simulator_type} {cfg.train.task_suite_name or cfg.train.task_name or ''} | "
-            f"{args.workers} worker(s) x {stages} stage(s) x {n} env(s), chunk {chunk} | policy {args.policy} | "
+            f"{args.workers} worker(s) x {group.stage_num} stage(s) x {group.num_envs} env(s), chunk {chunk} | policy {args.policy} | "
             f"Ray {'local on 127.0.0.1' if ray_info['local'] else ray_info['address']} | setup {setup_s:.1f}s",
             flush=True,
         )
         loop = EnvLoop(group, policy, on_progress=progress)
-        stats = loop.run(args.steps)
-        progress.close()
+        try:
+            loop.run(args.steps)
+        except KeyboardInterrupt:
+            interrupted = True
+            print("\ninterrupted: collecting what ran so far", file=sys.stderr, flush=True)
+        finally:
+            progress.close()
         metrics = group.finish_rollout("train")
-    except ConfigError:
-        raise
+        return loop.stats, metrics, setup_s, interrupted
     finally:
         if group is not None:
             group.shutdown()
         if ray_info["local"]:
+            import ray
+
             ray.shutdown()
-    total_m = metrics["total"]
-    per_task = {
-        str(t): {"description": r["description"], "episodes": r["episodes"], "successes": r["successes"]}
-        for t, r in sorted(total_m["per_task"].items())
-    }
-    episodes = total_m["episodes"]
-    summary = {
+
+
+def _summary(args: argparse.Namespace, cfg: Any, stats: Any, metrics: dict[str, Any], setup_s: float, interrupted: bool) -> dict[str, Any]:
+    """What summary.json holds."""
+    from .loop import EnvLoop
+
+    total = metrics["total"]
+    episodes = total["episodes"]
+    return {
         "backend": str(cfg.train.simulator_type),
         "task_suite_name": cfg.train.task_suite_name,
         "task_name": cfg.train.task_name,
         "workers": args.workers,
-        "stages": stages,
-        "num_envs": n,
-        "chunk": chunk,
+        "stages": int(cfg.rollout.pipeline_stage_num),
+        "num_envs": int(cfg.train.num_envs),
+        "chunk": int(cfg.actor.model.num_action_chunks),
         "policy": args.policy,
+        "interrupted": interrupted,
         "env_steps": stats.env_steps,
         "wall_s": round(stats.wall_s, 3),
         "setup_s": round(setup_s, 3),
         "first_reset_s": round(stats.first_reset_s, 3),
         "env_steps_per_s": round(EnvLoop.steps_per_s(stats), 3),
         "episodes": episodes,
-        "success_rate": (total_m["successes"] / episodes) if episodes else 0.0,
-        "per_task": per_task,
-        "videos": sorted(total_m["videos"]),
-        "sim_restarts": total_m["sim_restarts"] + metrics["worker_restarts"],
-        "restart_causes": total_m["restart_causes"],
-        "time": {k: round(v, 3) for k, v in total_m["time"].items()}
+        "success_rate": (total["successes"] / episodes) if episodes else 0.0,
+        "per_task": {str(t): row for t, row in sorted(total["per_task"].items())},
+        "fingerprint": total["fingerprint"],
+        "warnings": total["warnings"],
+        "videos": sorted(total["videos"]),
+        "sim_restarts": total["sim_restarts"] + metrics["worker_restarts"],
+        "restart_causes": total["restart_causes"],
+        "time": {k: round(v, 3) for k, v in total["time"].items()}
         | {"policy_s": round(stats.policy_s, 3), "driver_wait_s": round(stats.wait_s, 3)},
     }
-    with open(os.path.join(out_dir, "summary.json"), "w") as fh:
-        json.dump(summary, fh, indent=2)
-    print(f"\n{'task':>5}  {'episodes':>8}  {'successes':>9}  description")
-    for task, row in per_task.items():
-        print(f"{task:>5}  {row['episodes']:>8}  {row['successes']:>9}  {row['description']}")
-    if not per_task:
+
+
+def _print_report(summary: dict[str, Any], stats: Any, out_dir: str) -> None:
+    """The per-task table, the totals, warnings, restarts, videos and where the summary went."""
+    print(f"\n{'task':>5}  {'episodes':>8}  {'success any':>11}  {'at end':>6}  {'at reset':>8}  {'mean len':>8}  description")
+    for task, row in summary["per_task"].items():
+        print(
+            f"{task:>5}  {row['episodes']:>8}  {row['successes']:>11}  {row['successes_at_end']:>6}  "
+            f"{row['successful_at_reset']:>8}  {row['mean_length']:>8.1f}  {row['description']}"
+        )
+    if not summary["per_task"]:
         print("  (no episode finished within the steps run)")
+    fp = summary["fingerprint"]
+    if fp is not None:
+        print(f"protocol fingerprint {fp['hash']} (summary.json has what it covers)")
     print(
         f"\n{stats.env_steps} env steps in {stats.wall_s - stats.first_reset_s:.1f}s (after a first reset of {stats.first_reset_s:.1f}s) "
         f"= {summary['env_steps_per_s']:.1f} env steps/s | "
-        f"episodes {episodes}, success rate {summary['success_rate']:.2f} | restarts {summary['sim_restarts']}"
+        f"episodes {summary['episodes']}, success rate {summary['success_rate']:.2f} | restarts {summary['sim_restarts']}"
+        + (" | interrupted" if summary["interrupted"] else "")
     )
+    for warning in summary["warnings"]:
+        print(f"warning: {warning}")
     for cause in summary["restart_causes"]:
         print(_restart_line(cause))
     for path in summary["videos"]:
         print(f"video: {path}")
     print(f"summary: {os.path.join(out_dir, 'summary.json')}")
-    return 0
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    """Run the main job (see ``envfleet rollout --help``); 130 when Ctrl-C cut it short, after writing what ran."""
+    from .policies import load_policy
+
+    cfg = _rollout_config(args)
+    policy = load_policy(args.policy, int(cfg.actor.model.num_action_chunks), int(cfg.actor.model.action_dim), seed=int(cfg.train.seed))
+    out_dir = os.path.abspath(args.out)
+    os.makedirs(out_dir, exist_ok=True)
+    stats, metrics, setup_s, interrupted = _run_rollout(args, cfg, policy)
+    summary = _summary(args, cfg, stats, metrics, setup_s, interrupted)
+    with open(os.path.join(out_dir, "summary.json"), "w") as fh:
+        json.dump(summary, fh, indent=2, default=str)
+    _print_report(summary, stats, out_dir)
+    return 130 if interrupted else 0
 
 
 def _restart_line(cause: dict[str, Any]) -> str:

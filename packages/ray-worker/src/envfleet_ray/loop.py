@@ -78,6 +78,7 @@ class EnvLoop:
         self.auto_reset = bool(group.cfg.train.auto_reset)
         ids, tasks = group.get_all_state_ids(), group.get_state_task_ids()
         self._ids, self._tasks = interleaved_schedule(ids, tasks)
+        self.stats = RolloutStats()
         self._cursor = 0
         # Rows of stage s in a reset result (worker-major, stage-major within a worker).
         self._stage_rows = [
@@ -104,9 +105,20 @@ class EnvLoop:
         return self.group.env_interact_step(data)
 
     def run(self, num_chunks: int) -> RolloutStats:
-        """Step every stage ``num_chunks`` times (the policy sees each stage's observations in turn)."""
-        stats = RolloutStats()
+        """Step every stage ``num_chunks`` times (the policy sees each stage's observations in turn).
+
+        The counts are kept in :attr:`stats` as they grow, so a run interrupted (Ctrl-C) still
+        tells what it did.
+        """
+        stats = self.stats = RolloutStats()
         t_start = time.perf_counter()
+        try:
+            self._run(num_chunks, stats, t_start)
+        finally:
+            stats.wall_s = time.perf_counter() - t_start
+        return stats
+
+    def _run(self, num_chunks: int, stats: RolloutStats, t_start: float) -> None:
         obs = self.reset()
         stats.resets += 1
         stats.first_reset_s = time.perf_counter() - t_start
@@ -131,8 +143,6 @@ class EnvLoop:
             stats.cycle_s.append(time.perf_counter() - t_cycle)
         for s in sorted(pending):
             self._collect(s, pending, obs, done, stats)
-        stats.wall_s = time.perf_counter() - t_start
-        return stats
 
     def _collect(self, s: int, pending: dict[int, GroupFuture], obs: list[DataProto], done: list[np.ndarray], stats: RolloutStats) -> None:
         """Wait for stage ``s``'s step, count it, and keep its observations and finished flags."""
