@@ -20,8 +20,6 @@ objects per element, so pickling through Ray costs a memcpy per array.
 from __future__ import annotations
 
 import copy
-import math
-import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict
+
+from .dataproto_pickle import join_after_reduce, pack_state, split_for_reduce, unpack_state
 
 __all__ = ["DataProto", "DataProtoItem", "pad_dataproto_to_divisor", "unpad_dataproto"]
 
@@ -119,83 +119,21 @@ class DataProto:
         return dict(self._batch.items()), int(self._batch.batch_size[0])
 
     # ------------------------------------------------------------------ pickling
+    # The format is envfleet.dataproto_pickle's: small numeric arrays packed in one byte
+    # string, big ones out of band, the TensorDict rebuilt lazily on the other side.
     def __getstate__(self) -> dict[str, Any]:
-        # A TensorDict pickles its metadata key by key (milliseconds for a dozen small
-        # tensors), and through Ray every numpy array becomes an out-of-band buffer with
-        # its own bookkeeping (about 0.06 ms each here). So the numeric arrays below
-        # _PACK_LIMIT bytes, tensors and numeric non-tensors alike, travel as one byte
-        # string; bigger ones stay numpy arrays (out of band: no copy into the pickle).
-        tensors, batch_size = self._columns()
-        packed: list[tuple[str, str, str, tuple[int, ...], int]] = []
-        pieces: list[bytes] = []
-        offset = 0
-        big_tensors: dict[str, Any] = {}
-        for key, value in tensors.items():
-            if isinstance(value, np.ndarray) or (
-                isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dtype in _NUMPY_SAFE
-            ):
-                arr = value if isinstance(value, np.ndarray) else value.detach().numpy()
-                if arr.nbytes < _PACK_LIMIT:
-                    offset = _append_piece(pieces, offset, arr)
-                    packed.append(("t", key, arr.dtype.str, arr.shape, offset - arr.nbytes))
-                    continue
-                big_tensors[key] = np.ascontiguousarray(arr)
-            else:
-                big_tensors[key] = value
-        non_tensors: dict[str, Any] = {}
-        for key, arr in self.non_tensor_batch.items():
-            if arr.dtype.kind in "biufc" and arr.nbytes < _PACK_LIMIT:
-                offset = _append_piece(pieces, offset, arr)
-                packed.append(("n", key, arr.dtype.str, arr.shape, offset - arr.nbytes))
-            else:
-                non_tensors[key] = arr
-        return {
-            "packed": packed,
-            "blob": b"".join(pieces),
-            "tensors": big_tensors,
-            "order": list(tensors),
-            "batch_size": batch_size,
-            "non_tensor_batch": non_tensors,
-            "non_tensor_order": list(self.non_tensor_batch),
-            "meta_info": self.meta_info,
-        }
+        columns, batch_size = self._columns()
+        return pack_state(columns, batch_size, self.non_tensor_batch, self.meta_info)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Ray pickles with cloudpickle, whose Python-level hooks visit every object in the
-        # state; the C pickler does the small part in one call, and Ray only sees one byte
-        # string plus the big arrays (which it sends out of band without a copy).
-        state = self.__getstate__()
-        big_tensors = state.pop("tensors")
-        rest = state.pop("non_tensor_batch")  # big numeric arrays and object arrays (strings)
-        big_non_tensors = {k: v for k, v in rest.items() if v.dtype.kind in "biufc"}
-        state["non_tensor_batch"] = {k: v for k, v in rest.items() if k not in big_non_tensors}
-        try:
-            inner = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # something in meta_info or an object array only cloudpickle handles
-            state["tensors"] = big_tensors
-            state["non_tensor_batch"] = rest
-            return (_rebuild_dataproto, (None, state, {}))
-        return (_rebuild_dataproto, (inner, big_tensors, big_non_tensors))
+        return (_rebuild_dataproto, split_for_reduce(self.__getstate__()))
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        # One writable copy of the packed bytes; every packed array is a view of it.
-        blob = bytearray(state["blob"])
-        tensors: dict[str, Any] = {}
-        non_tensors: dict[str, Any] = {}
-        for kind, key, dtype, shape, offset in state["packed"]:
-            arr = np.frombuffer(blob, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape)
-            (tensors if kind == "t" else non_tensors)[key] = arr
-        for key, value in state["tensors"].items():
-            # Ray hands out read-only zero-copy arrays from its object store; a tensor over one
-            # would fail (or corrupt the store) when a trainer writes into it, so those are copied.
-            tensors[key] = value.copy() if isinstance(value, np.ndarray) and not value.flags.writeable else value
-        non_tensors.update(state["non_tensor_batch"])
+        columns, batch_size, non_tensors, meta = unpack_state(state)
         self._batch = None
-        self._lazy = None
-        if state["batch_size"] is not None:
-            self._lazy = ({k: tensors[k] for k in state["order"]}, state["batch_size"])
-        self.non_tensor_batch = {k: non_tensors[k] for k in state["non_tensor_order"]}
-        self.meta_info = state["meta_info"]
+        self._lazy = None if columns is None or batch_size is None else (columns, batch_size)
+        self.non_tensor_batch = non_tensors
+        self.meta_info = meta
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -482,44 +420,9 @@ def _common_size(tensors: Mapping[str, torch.Tensor], non_tensors: Mapping[str, 
 
 def _rebuild_dataproto(inner: bytes | None, tensors: dict[str, Any], non_tensors: dict[str, Any]) -> DataProto:
     """Inverse of :meth:`DataProto.__reduce__`."""
-    if inner is None:
-        state = tensors
-    else:
-        state = pickle.loads(inner)
-        state["tensors"] = tensors
-        state["non_tensor_batch"].update(non_tensors)
     data = DataProto.__new__(DataProto)
-    data.__setstate__(state)
+    data.__setstate__(join_after_reduce(inner, tensors, non_tensors))
     return data
-
-
-_PACK_LIMIT = 1 << 20  # arrays below this many bytes are pickled inside one shared byte string
-_PACK_ALIGN = 64
-
-
-def _append_piece(pieces: list[bytes], offset: int, arr: np.ndarray) -> int:
-    """Append ``arr``'s bytes at an aligned offset; return the offset after them."""
-    pad = -offset % _PACK_ALIGN
-    if pad:
-        pieces.append(b"\0" * pad)
-        offset += pad
-    pieces.append(arr.tobytes())
-    return offset + arr.nbytes
-
-
-_NUMPY_SAFE = {
-    torch.bool,
-    torch.uint8,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.float16,
-    torch.float32,
-    torch.float64,
-    torch.complex64,
-    torch.complex128,
-}
 
 
 def _keys(td: TensorDict) -> list[str]:
