@@ -125,7 +125,12 @@ DATAPROTO_CASES = [
         ValueError,
         "'b' has 2 rows, 'a' has 3",
     ),
-    ("dataproto-meta-conflict", lambda: DataProto.concat([step(stage=0), step(stage=1)]), ValueError, "meta_info['stage_id'] disagrees"),
+    (
+        "dataproto-meta-conflict",
+        lambda: DataProto.concat([step(stage=0), step(stage=1)]),
+        ValueError,
+        "Conflicting values for meta_info key 'stage_id'",
+    ),
     ("dataproto-empty-concat", lambda: DataProto.concat([]), ValueError, "at least one"),
     ("dataproto-scalar", lambda: DataProto.from_dict({"a": torch.tensor(1.0)}), ValueError, "scalar"),
     ("dataproto-bad-chunk", lambda: step().chunk(3), ValueError, "cannot be split into 3"),

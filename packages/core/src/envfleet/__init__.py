@@ -17,6 +17,7 @@ _EXPORTS = {
     "EnvFleetConfig": "config",
     "load_config": "config",
     "DataProto": "dataproto",
+    "DataProtoConfig": "dataproto",
     "DataProtoItem": "dataproto",
     "pad_dataproto_to_divisor": "dataproto",
     "unpad_dataproto": "dataproto",
@@ -29,6 +30,8 @@ _EXPORTS = {
     "EpisodeTracker": "episodes",
     "StateCycle": "episodes",
     "ConfigError": "errors",
+    "DataProtoError": "errors",
+    "DataProtoKeyError": "errors",
     "EnvFleetError": "errors",
     "EnvFleetSimulatorError": "errors",
     "InvalidInputError": "errors",
@@ -61,11 +64,13 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import EnvConfig, EnvFleetConfig, load_config
-    from .dataproto import DataProto, DataProtoItem, pad_dataproto_to_divisor, unpad_dataproto
+    from .dataproto import DataProto, DataProtoConfig, DataProtoItem, pad_dataproto_to_divisor, unpad_dataproto
     from .env import ArraySpec, ChunkStepResult, Env, EnvContext, ObservationSpec, ResetResult
     from .episodes import EpisodeTracker, StateCycle
     from .errors import (
         ConfigError,
+        DataProtoError,
+        DataProtoKeyError,
         EnvFleetError,
         EnvFleetSimulatorError,
         InvalidInputError,
@@ -86,7 +91,10 @@ __all__ = [
     "ChunkStepResult",
     "ConfigError",
     "DataProto",
+    "DataProtoConfig",
+    "DataProtoError",
     "DataProtoItem",
+    "DataProtoKeyError",
     "Env",
     "EnvConfig",
     "EnvContext",

@@ -10,6 +10,8 @@ from __future__ import annotations
 __all__ = [
     "EnvFleetError",
     "ConfigError",
+    "DataProtoError",
+    "DataProtoKeyError",
     "UnknownBackendError",
     "PluginLoadError",
     "InvalidInputError",
@@ -29,6 +31,27 @@ class ConfigError(EnvFleetError, ValueError):
 
     The message names the key (dotted path) and what was expected.
     """
+
+
+class DataProtoError(EnvFleetError, ValueError, AssertionError):
+    """A DataProto call got data it cannot use (sizes that disagree, a conflict in ``meta_info``, ...).
+
+    It is a ``ValueError``, as envfleet's other bad-input errors, and an
+    ``AssertionError``, which is what verl's ``DataProto`` raises for the same
+    checks, so code written against either catches it. The message names the key
+    and the sizes.
+    """
+
+
+class DataProtoKeyError(EnvFleetError, KeyError, AssertionError):
+    """A DataProto call named a key the batch does not have (``select``, ``pop``, ``rename``).
+
+    A ``KeyError`` and, as verl asserts the key is present, an ``AssertionError``.
+    The message lists the keys there are.
+    """
+
+    def __str__(self) -> str:  # KeyError would wrap the message in quotes
+        return str(self.args[0]) if self.args else ""
 
 
 class UnknownBackendError(EnvFleetError, KeyError):
