@@ -35,7 +35,7 @@ import os
 import pickle
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import torch
@@ -448,6 +448,12 @@ class DataProto:
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ indexing
+    @overload
+    def __getitem__(self, item: int | np.integer) -> DataProtoItem: ...
+
+    @overload
+    def __getitem__(self: _D, item: slice | list[int] | list[bool] | np.ndarray | torch.Tensor) -> _D: ...
+
     def __getitem__(self, item: Any) -> Any:
         """An int gives a :class:`DataProtoItem`; a slice, an index list/array or a boolean mask gives a DataProto."""
         if isinstance(item, (int, np.integer)):
