@@ -6,7 +6,8 @@
 Sections: manager (issue: EnvManager), worker and pipeline (Ray worker), libero
 (LIBERO backend), isaac (Isaac backend; runs in the Python 3.12 venv of
 `nox -s tests-isaac` when it exists), verl (a step through verl's worker group against
-envfleet's own; runs in the venv of `nox -s tests-verl` when it exists). Each prints a table and writes
+envfleet's own; runs in the venv of `nox -s tests-verl` when it exists), dataproto (concat, chunk
+and pickling of step-sized DataProtos, against the code before verl's whole surface). Each prints a table and writes
 docs/benchmarks/<section>.md, included by docs/benchmarks.md.
 """
 
@@ -75,13 +76,13 @@ def _fmt(value: Any) -> str:
 
 
 def main(argv: list[str]) -> int:
-    sections = argv or ["manager", "worker", "pipeline", "libero", "isaac", "verl"]
+    sections = argv or ["manager", "worker", "pipeline", "libero", "isaac", "verl", "dataproto"]
     import bench_sections
 
     for name in sections:
         fn = getattr(bench_sections, f"bench_{name}", None)
         if fn is None:
-            print(f"unknown section {name!r}; choose from manager, worker, pipeline, libero, isaac, verl", file=sys.stderr)
+            print(f"unknown section {name!r}; choose from manager, worker, pipeline, libero, isaac, verl, dataproto", file=sys.stderr)
             return 2
         t0 = time.perf_counter()
         fn()
