@@ -36,7 +36,7 @@ class CheckResult:
 def check_backend(name: str, overrides: Sequence[str] = ()) -> CheckResult:
     """Load a config for backend ``name`` (its ``BackendSpec.check_config`` and ``overrides``), start one
     env in a shard process, reset it to its first state id and step it with one chunk of zeros."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     from .config import load_config
     from .manager import ProcessEnvManager
@@ -47,6 +47,7 @@ def check_backend(name: str, overrides: Sequence[str] = ()) -> CheckResult:
         spec = get_backend(name)
         base: dict[str, Any] = {"train": {"simulator_type": name, "num_envs": 1}, "actor": {"model": {"num_action_chunks": 2}}}
         data = OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(dict(spec.check_config)))
+        assert isinstance(data, DictConfig)
         cfg = load_config(data=data, overrides=list(overrides))
         t0 = time.perf_counter()
         with ProcessEnvManager(cfg) as mgr:

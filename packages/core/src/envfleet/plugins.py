@@ -29,6 +29,7 @@ import os
 import threading
 import traceback
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,7 +116,7 @@ class BackendSpec:
     defaults: dict[str, Any] = field(default_factory=dict)
     envs_per_process: int | Callable[[Any], int | None] | None = 1
     action_dim: int | None = None
-    implements: frozenset[str] = frozenset()
+    implements: AbstractSet[str] = frozenset()
     check_config: dict[str, Any] = field(default_factory=dict)
     result_packages: tuple[str, ...] = ()
     package: str = ""
