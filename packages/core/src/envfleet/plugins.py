@@ -105,6 +105,9 @@ class BackendSpec:
     :param result_packages: the distributions whose versions decide this backend's results
         (its simulator, renderer bindings, benchmark assets), recorded in every result's
         protocol fingerprint next to envfleet's and :attr:`package`'s.
+    :param renderer: the GL stack its cameras render through, for ``envfleet doctor``: ``"mujoco"``
+        (MuJoCo's offscreen renderer on EGL or OSMesa, chosen by ``MUJOCO_GL``), or ``None`` when it
+        needs no OpenGL (it renders without GL, or not at all).
     :param package: the distribution that provides it (shown by ``envfleet backends``).
     :param description: one line for listings.
     """
@@ -119,6 +122,7 @@ class BackendSpec:
     implements: AbstractSet[str] = frozenset()
     check_config: dict[str, Any] = field(default_factory=dict)
     result_packages: tuple[str, ...] = ()
+    renderer: str | None = None
     package: str = ""
     description: str = ""
 
