@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CheckResult", "check_backend"]
+__all__ = ["CheckResult", "check_backend", "smallest_config"]
 
 
 @dataclass
@@ -33,22 +33,33 @@ class CheckResult:
         return f"{self.name}: FAILED: {self.cause}"
 
 
-def check_backend(name: str, overrides: Sequence[str] = ()) -> CheckResult:
-    """Load a config for backend ``name`` (its ``BackendSpec.check_config`` and ``overrides``), start one
-    env in a shard process, reset it to its first state id and step it with one chunk of zeros."""
+def smallest_config(name: str, overrides: Sequence[str] = (), num_action_chunks: int | None = 2) -> Any:
+    """The config of one env of backend ``name``: its ``BackendSpec.check_config``, then ``overrides``.
+
+    ``num_action_chunks`` sets the chunk size (``None``: the config's default).
+    """
     from omegaconf import DictConfig, OmegaConf
 
     from .config import load_config
-    from .manager import ProcessEnvManager
     from .plugins import get_backend
+
+    spec = get_backend(name)
+    base: dict[str, Any] = {"train": {"simulator_type": name, "num_envs": 1}}
+    if num_action_chunks is not None:
+        base["actor"] = {"model": {"num_action_chunks": num_action_chunks}}
+    data = OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(dict(spec.check_config)))
+    assert isinstance(data, DictConfig)
+    return load_config(data=data, overrides=list(overrides))
+
+
+def check_backend(name: str, overrides: Sequence[str] = ()) -> CheckResult:
+    """Load a config for backend ``name`` (its ``BackendSpec.check_config`` and ``overrides``), start one
+    env in a shard process, reset it to its first state id and step it with one chunk of zeros."""
+    from .manager import ProcessEnvManager
 
     seconds: dict[str, float] = {}
     try:
-        spec = get_backend(name)
-        base: dict[str, Any] = {"train": {"simulator_type": name, "num_envs": 1}, "actor": {"model": {"num_action_chunks": 2}}}
-        data = OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(dict(spec.check_config)))
-        assert isinstance(data, DictConfig)
-        cfg = load_config(data=data, overrides=list(overrides))
+        cfg = smallest_config(name, overrides)
         t0 = time.perf_counter()
         with ProcessEnvManager(cfg) as mgr:
             mgr.start_simulator()
