@@ -141,8 +141,8 @@ def plan_rendering(
 
     >>> gpus = [Gpu(0, "GPU-aa"), Gpu(1, "GPU-bb")]
     >>> egl = [EglDevice(0, cuda=0), EglDevice(1, cuda=1)]
-    >>> [p.ok for p in plan_rendering(None, None, gpus, egl)]  # unset; then pinned to 0; pinned to 1
-    [True, True, True]
+    >>> tuple(p.ok for p in plan_rendering(None, None, gpus, egl))  # unset; then pinned to 0; pinned to 1
+    (True, True, True)
     """
     by_cuda = {d.cuda: d.index for d in egl_devices if d.cuda is not None}
     by_index = {d.index: d for d in egl_devices}
