@@ -242,3 +242,14 @@ def _session_pids(sid: int) -> list[int]:
             if int(fields[3]) == sid and fields[0] != "Z":
                 pids.append(int(entry))
     return pids
+
+
+def test_an_unwritable_output_directory_is_one_line(tmp_path, capsys) -> None:
+    from envfleet_ray.cli import main
+
+    blocker = tmp_path / "taken"
+    blocker.write_text("a file where the output directory should go")
+    code = main(["rollout", "--steps", "1", "--out", str(blocker), "train.simulator_type=toy"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert err[0].startswith("error: FileExistsError: ") and str(blocker) in err[0] and "--traceback" in err[0]
