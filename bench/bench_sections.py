@@ -15,19 +15,23 @@ from run import IMG, OUT, ROOT, timed, write
 # ---------------------------------------------------------------------------------------------- manager
 
 
-def _toy_cfg(n: int, hw: int, chunk: int = 1, **train: Any) -> Any:
-    from envfleet.config import load_config
-
-    overrides = [
+def toy_overrides(n: int, hw: int, chunk: int = 1, *extra: str) -> list[str]:
+    """Overrides of a toy config of ``n`` envs, ``hw`` x ``hw`` images, chunks of ``chunk``, episodes that never end."""
+    return [
         "train.simulator_type=toy",
         f"train.num_envs={n}",
         f"actor.model.num_action_chunks={chunk}",
         f"train.init_params.camera_heights={hw}",
         f"train.init_params.camera_widths={hw}",
         "train.max_episode_steps=100000",
+        *extra,
     ]
-    overrides += [f"train.{k}={v}" for k, v in train.items()]
-    return load_config(overrides=overrides)
+
+
+def _toy_cfg(n: int, hw: int, chunk: int = 1, **train: Any) -> Any:
+    from envfleet.config import load_config
+
+    return load_config(overrides=toy_overrides(n, hw, chunk, *[f"train.{k}={v}" for k, v in train.items()]))
 
 
 def _manager_rate(n: int, hw: int, repeat: int, **train: Any) -> float:

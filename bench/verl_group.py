@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import ray
+from bench_sections import toy_overrides  # bench/ is this script's directory, first on sys.path
 from omegaconf import OmegaConf
 from verl import DataProto as VerlDataProto
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
@@ -124,22 +125,9 @@ def overlap(label: str, overrides: list[str], repeat: int) -> dict[str, Any]:
     return out
 
 
-def toy(n: int, hw: int, chunk: int, *extra: str) -> list[str]:
-    """Overrides of a toy config."""
-    return [
-        "train.simulator_type=toy",
-        f"train.num_envs={n}",
-        f"actor.model.num_action_chunks={chunk}",
-        f"train.init_params.camera_heights={hw}",
-        f"train.init_params.camera_widths={hw}",
-        "train.max_episode_steps=100000",
-        *extra,
-    ]
-
-
 def main() -> int:
     init_ray(num_cpus=4)
-    rows = [step_cost("toy, zero cost (toy.frozen), 2 envs, 64x64, chunk 8", toy(2, 64, 8, "train.toy.frozen=true"), 100)]
+    rows = [step_cost("toy, zero cost (toy.frozen), 2 envs, 64x64, chunk 8", toy_overrides(2, 64, 8, "train.toy.frozen=true"), 100)]
     if "libero" in list_backends():
         libero = [
             "train.simulator_type=libero",
@@ -154,7 +142,7 @@ def main() -> int:
         rows.append(step_cost("LIBERO spatial, 2 envs, 128x128, chunk 8, render last", libero, 3))
     stages = overlap(
         "toy sleeping 0.2 s per chunk (a device-bound simulator), 1 env per stage, 2 stages",
-        toy(1, 64, 8, "train.toy.step_sleep_s=0.2", "rollout.pipeline_stage_num=2"),
+        toy_overrides(1, 64, 8, "train.toy.step_sleep_s=0.2", "rollout.pipeline_stage_num=2"),
         10,
     )
     ray.shutdown()
