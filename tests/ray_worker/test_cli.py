@@ -205,6 +205,9 @@ def test_ctrl_c_writes_the_partial_summary_and_leaves_nothing_behind(tmp_path) -
         text=True,
         env={**os.environ, "RAY_ADDRESS": ""},
         start_new_session=True,
+        # As in a terminal: a job started in the background without job control (a CI runner's,
+        # say) inherits SIGINT ignored, and then Python installs no KeyboardInterrupt handler.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.time() + 240
