@@ -16,8 +16,13 @@ from envfleet.egl_cuda import EglDevice, Gpu
 ENVFLEET = [sys.executable, "-m", "envfleet_ray.cli"]
 
 
+GL_VARS = ("MUJOCO_GL", "PYOPENGL_PLATFORM", "MUJOCO_EGL_DEVICE_ID")
+
+
 def run(*args: str, timeout: float = 600, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ENVFLEET, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **env})
+    """The command in a subprocess, with the GL variables of this environment (nox sets them) replaced by ``env``'s."""
+    base = {k: v for k, v in os.environ.items() if k not in GL_VARS}
+    return subprocess.run([*ENVFLEET, *args], capture_output=True, text=True, timeout=timeout, env={**base, **env})
 
 
 def line_of(text: str, start: str) -> str:
