@@ -154,13 +154,13 @@ def _run_rollout(args: argparse.Namespace, cfg: Any, policy: Any) -> tuple[Any, 
         group.init_simulator()
         setup_s = time.perf_counter() - t_setup
         chunk = int(cfg.actor.model.num_action_chunks)
-        progress = _Progress(args.steps * group.stage_num * args.workers * group.num_envs * chunk, not args.no_progress)
         print(
             f"envfleet rollout: {cfg.train.simulator_type} {cfg.train.task_suite_name or cfg.train.task_name or ''} | "
             f"{args.workers} worker(s) x {group.stage_num} stage(s) x {group.num_envs} env(s), chunk {chunk} | policy {args.policy} | "
             f"Ray {'local on 127.0.0.1' if ray_info['local'] else ray_info['address']} | setup {setup_s:.1f}s",
             flush=True,
         )
+        progress = _Progress(args.steps * group.stage_num * args.workers * group.num_envs * chunk, not args.no_progress)
         loop = EnvLoop(group, policy, on_progress=progress)
         try:
             loop.run(args.steps)
