@@ -56,7 +56,6 @@ class SimulationRuntime:
         self.version = version or isaaclab_version()
         self.kind: LauncherKind = launcher_kind(self.version)
         self.app: Any = None  # Isaac Sim's SimulationApp (2.x only)
-        self.kit_started = False
         self._stack = contextlib.ExitStack()
 
     def launcher_args(self) -> dict[str, Any]:
@@ -72,7 +71,6 @@ class SimulationRuntime:
 
         launcher = AppLauncher(**self.launcher_args())
         self.app = launcher.app
-        self.kit_started = True
 
     def before_env_build(self, env_cfg: Any) -> None:
         """3.x: enter ``launch_simulation(env_cfg)``, which is kit-less when the task allows."""
@@ -82,7 +80,6 @@ class SimulationRuntime:
 
         args = self.launcher_args()
         self._stack.enter_context(launch_simulation(env_cfg, args))
-        self.kit_started = _kit_running()
 
     def close(self) -> None:
         """Leave the runtime (closes Kit if it was started). Safe to call twice."""
@@ -90,10 +87,3 @@ class SimulationRuntime:
         app, self.app = self.app, None
         if app is not None:
             app.close()
-
-
-def _kit_running() -> bool:
-    """Whether an Isaac Sim app runs in this process (only for diagnostics)."""
-    import sys
-
-    return "omni.kit.app" in sys.modules

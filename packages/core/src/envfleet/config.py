@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ConfigError
@@ -385,8 +385,3 @@ def load_config(
     OmegaConf.set_readonly(cfg, True)
     OmegaConf.set_struct(cfg, True)
     return cfg
-
-
-def to_yaml(cfg: DictConfig | ListConfig) -> str:
-    """The config as YAML text (what the shard processes receive)."""
-    return OmegaConf.to_yaml(cfg)

@@ -13,10 +13,8 @@ __all__ = [
     "DataProtoError",
     "DataProtoKeyError",
     "UnknownBackendError",
-    "PluginLoadError",
     "InvalidInputError",
     "EnvFleetSimulatorError",
-    "SimulatorCrashedError",
     "RestartLimitError",
     "WorkerDiedError",
 ]
@@ -61,10 +59,6 @@ class UnknownBackendError(EnvFleetError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-class PluginLoadError(EnvFleetError, ImportError):
-    """An entry-point plugin raised while being imported or registered."""
-
-
 class InvalidInputError(EnvFleetError, ValueError):
     """An argument to an env call has the wrong shape, dtype or value.
 
@@ -82,10 +76,6 @@ class EnvFleetSimulatorError(EnvFleetError, RuntimeError):
         full = message if not remote_traceback else f"{message}\n\n--- simulator traceback ---\n{remote_traceback}"
         super().__init__(full)
         self.remote_traceback = remote_traceback
-
-
-class SimulatorCrashedError(EnvFleetError, RuntimeError):
-    """A simulator process died or hung (internal: the manager recovers from it)."""
 
 
 class RestartLimitError(EnvFleetError, RuntimeError):

@@ -77,12 +77,6 @@ class ManagerStats:
         return {"calls": self.calls, "wall_s": self.wall_s, "sim_s": self.sim_s, "transfer_s": self.transfer_s, "restarts": self.restarts}
 
 
-class _ShardDied(Exception):
-    def __init__(self, how: str) -> None:
-        super().__init__(how)
-        self.how = how
-
-
 class _Shard:
     """Parent-side handle of one shard process."""
 
@@ -104,9 +98,6 @@ class _Shard:
         self.rec_raw = b""
         self.rec_others: dict[str, Any] = {}
         self.descriptions: list[str] = [""] * self.num_envs
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     def exit_description(self) -> str:
         if self.proc is None:

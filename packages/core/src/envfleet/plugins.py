@@ -134,19 +134,6 @@ class BackendSpec:
         if unknown:
             raise ValueError(f"backend {self.name!r}: implements {unknown}, which are not optional keys; choose from {list(OPTIONAL_KEYS)}")
 
-    def resolve_factory(self) -> Callable[..., Env]:
-        """Import and return the env factory (this may import the simulator)."""
-        if callable(self.env_factory):
-            return self.env_factory
-        module_name, _, attr = self.env_factory.partition(":")
-        if not attr:
-            raise ValueError(f"backend {self.name!r}: env_factory must look like 'module:attr', got {self.env_factory!r}")
-        module = importlib.import_module(module_name)
-        try:
-            return getattr(module, attr)  # type: ignore[no-any-return]
-        except AttributeError as exc:
-            raise ImportError(f"backend {self.name!r}: module {module_name!r} has no attribute {attr!r}") from exc
-
     def shard_size(self, cfg: Any, num_envs: int) -> int:
         """How many of ``num_envs`` envs share one process."""
         value = self.envs_per_process(cfg) if callable(self.envs_per_process) else self.envs_per_process

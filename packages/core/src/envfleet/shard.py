@@ -186,9 +186,6 @@ class _Server:
         info.update({str(k): str(v) for k, v in self.env.renderer_info().items()})
         return info
 
-    def ping(self, msg: dict[str, Any]) -> int:
-        return os.getpid()
-
     def close(self, msg: dict[str, Any]) -> None:
         if self.env is not None:
             self.env.close()
