@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 
+from envfleet.egl_cuda import chosen_egl_device
+
 __all__ = ["configure_gl", "egl_device_from_cuda"]
 
 # Creates and frees one EGL context the way robosuite does (device platform,
@@ -34,8 +36,7 @@ def egl_device_from_cuda(cuda_visible_devices: str | None) -> str | None:
     """
     if cuda_visible_devices is None:
         return None
-    first = cuda_visible_devices.split(",")[0].strip()
-    return first if first.isdigit() else "0"
+    return str(chosen_egl_device(cuda_visible_devices, None))
 
 
 def _egl_works(timeout_s: float = 120.0) -> tuple[bool, str]:
