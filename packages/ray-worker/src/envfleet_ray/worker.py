@@ -328,6 +328,7 @@ class EnvWorker:
             seen = self._restarts_reported.get((mode, s), 0)
             restart_causes += [{"rank": self.rank, **entry} for entry in m.stats.restart_log if entry["n"] > seen]
             self._restarts_reported[(mode, s)] = m.stats.restarts
+        all_used = set().union(*used)
         sim_s = sum(m.stats.sim_s for m in managers)
         transfer_s = sum(m.stats.transfer_s for m in managers)
         return {
@@ -342,8 +343,8 @@ class EnvWorker:
             "restart_causes": restart_causes,
             "warnings": warnings,
             "protocol": parts,
-            "state_ids_used": sorted(set().union(*used)),
-            "fingerprint": fingerprint(parts, set().union(*used)),
+            "state_ids_used": sorted(all_used),
+            "fingerprint": fingerprint(parts, all_used),
             "time": {"simulator_s": sim_s, "transfer_s": transfer_s, "worker_s": metrics.worker_s},
             "videos": videos,
         }
