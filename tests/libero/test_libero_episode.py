@@ -212,7 +212,7 @@ def test_reused_env_repeats_an_episode_exactly(spatial_env: Any) -> None:
     for _ in range(2):  # the first reset builds the env, the second reuses it after an episode
         first = env.reset_envs_to_state_ids(sid)
         runs.append((first, env.chunk_step(_moving_actions(4, gripper=1.0))))  # closing: the gripper command accumulates
-    assert env.sims[0] is not None and env.sims[0]._model_pose is not None
+    assert env.sims[0] is not None and env.sims[0].scene.fixture_pose is not None
     for key in runs[0][0].obs:
         np.testing.assert_array_equal(runs[0][0].obs[key], runs[1][0].obs[key], err_msg=f"reset obs {key!r} of a reused env")
         np.testing.assert_array_equal(runs[0][1].obs[key], runs[1][1].obs[key], err_msg=f"chunk obs {key!r} of a reused env")

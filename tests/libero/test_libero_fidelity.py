@@ -8,6 +8,12 @@ rendering every step); the backend runs through ``ProcessEnvManager`` with
 and a scene whose hard resets are not reproducible in LIBERO (libero_10 task 9,
 microwave): images after the reset and after each of two chunks, and the 8-dim
 state, must be bit-identical.
+
+The dense layout (several envs in one shard process sharing each task's compiled model
+and render context) is held to the same references: every env of a shared process,
+each with its own actions, against LIBERO's env run alone, on a scene of two tasks
+and on the drawer and microwave scenes of libero_10, first built and then reused on
+another env's state.
 """
 
 from __future__ import annotations
@@ -90,13 +96,13 @@ def _reference(suite: str, task: int, trial: int, actions: np.ndarray) -> tuple[
     return frames, bench.get_task(task).language, first_id + trial
 
 
-def _backend(suite: str, state_ids: list[int], actions: dict[int, np.ndarray]) -> dict[int, tuple[list[dict[str, np.ndarray]], str]]:
-    cfg = load_config(
+def _config(suite: str, num_envs: int) -> Any:
+    return load_config(
         data={
             "train": {
                 "simulator_type": "libero",
                 "task_suite_name": suite,
-                "num_envs": 1,
+                "num_envs": num_envs,
                 "seed": SEED,
                 "settle_steps": SETTLE,
                 "render": "last",
@@ -105,6 +111,10 @@ def _backend(suite: str, state_ids: list[int], actions: dict[int, np.ndarray]) -
             "actor": {"model": {"num_action_chunks": CHUNK, "action_dim": 7}},
         }
     )
+
+
+def _backend(suite: str, state_ids: list[int], actions: dict[int, np.ndarray]) -> dict[int, tuple[list[dict[str, np.ndarray]], str]]:
+    cfg = _config(suite, 1)
     out = {}
     with ProcessEnvManager(cfg) as mgr:
         for sid in state_ids:
@@ -138,3 +148,53 @@ def test_backend_matches_libero_bit_for_bit(suite: str, pairs: list[tuple[int, i
                 np.testing.assert_array_equal(
                     mine[key], ref[key], err_msg=f"{suite} task {task} trial {trial} (state id {sid}): {key} differs {when}"
                 )
+
+
+# (suite, [(task, trial), ...]): the envs of one shared process, each with its own actions.
+# libero_spatial tasks 0 and 1 compile the same XML with other fixture placements;
+# libero_10 task 3 has a drawer, task 9 a microwave.
+DENSE = [("libero_spatial", [(0, 0), (0, 7), (1, 3), (0, 0)]), ("libero_10", [(9, 2), (3, 0), (9, 5), (9, 2)])]
+
+
+def _run_dense(suite: str, rounds: list[tuple[list[int], np.ndarray]]) -> list[list[list[dict[str, np.ndarray]]]]:
+    """One process holding all envs; per round a reset to the state ids, then the chunks."""
+    cfg = _config(suite, len(rounds[0][0]))
+    out = []
+    with ProcessEnvManager(cfg) as mgr:
+        assert mgr.num_shards == 1, "the envs must share one process"
+        for state_ids, actions in rounds:
+            first = mgr.reset_envs_to_state_ids(np.array(state_ids))
+            frames = [[{k: v[i].copy() for k, v in first.obs.items()}] for i in range(len(state_ids))]
+            for k in range(actions.shape[1]):
+                step = mgr.chunk_step(actions[:, k])
+                assert not (step.terminations.any() or step.truncations.any())
+                for i in range(len(state_ids)):
+                    frames[i].append({key: v[i].copy() for key, v in step.obs.items()})
+            out.append(frames)
+    return out
+
+
+@pytest.mark.parametrize("suite,envs", DENSE, ids=[d[0] for d in DENSE])
+def test_envs_sharing_a_process_each_match_libero_alone(suite: str, envs: list[tuple[int, int]], no_leaks: None) -> None:
+    refs = []
+    for j, (task, trial) in enumerate(envs):
+        actions = _actions(7919 * j + 1000 * task + trial)
+        frames, _, sid = _reference(suite, task, trial, actions)
+        refs.append((sid, actions, frames))
+    n = len(envs)
+    # Round 1 builds every env; round 2 moves env i onto env i+1's reference (another
+    # trial or another task: a soft reset or a rebuild on a scene the process holds).
+    order = [list(range(n)), [(i + 1) % n for i in range(n)]]
+    rounds = [([refs[j][0] for j in js], np.stack([refs[j][1] for j in js])) for js in order]
+    ours = _run_dense(suite, rounds)
+    finals = [refs[j][2][-1]["full_image"] for j in range(n)]
+    assert any(not np.array_equal(finals[0], f) for f in finals[1:]), "the envs look alike: cross-talk would not show"
+    for r, js in enumerate(order):
+        for i, j in enumerate(js):
+            task, trial = envs[j]
+            for c, (mine, ref) in enumerate(zip(ours[r][i], refs[j][2])):
+                when = "after the reset" if c == 0 else f"after chunk {c}"
+                where = f"{suite} round {r + 1}, env {i} (task {task} trial {trial}, actions {j}) {when}"
+                for key in ("full_image", "wrist_image"):
+                    np.testing.assert_array_equal(mine[key], ref[key], err_msg=f"{where}: {key} differs")
+                np.testing.assert_allclose(mine["state"], ref["state"], rtol=0, atol=1e-5, err_msg=f"{where}: state differs")

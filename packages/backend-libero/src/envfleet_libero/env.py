@@ -10,7 +10,9 @@ trials in file order: ``state_id = first_id[task] + trial``.
 
 Reset of one env to a state id (the protocol of LIBERO's evaluations, made exact):
 
-1. if the env's task changes, build a new MuJoCo env for the task; otherwise reuse it;
+1. if the env's task changes, build a new LIBERO env for the task (on the task's
+   scene, compiled once per process and shared by its envs: :mod:`.scenes`);
+   otherwise reuse it;
 2. ``env.seed(train.seed)`` (fixture placement is drawn from the global NumPy RNG
    and is not part of the init state, so it must be re-seeded before every reset);
 3. ``reset()``: the first reset of a freshly built env is LIBERO's default hard
@@ -52,6 +54,7 @@ from envfleet.errors import InvalidInputError
 from .actions import ACTION_DIM, SETTLE_ACTION, apply_action_transform
 from .gl import configure_gl
 from .plugin import DEFAULT_MAX_EPISODE_STEPS, camera_names, check_suite, observation_spec
+from .scenes import Scene, building_dense, scene_cache
 
 __all__ = ["TaskInfo", "SuiteIndex", "LiberoSim", "LiberoEnv", "make_state8"]
 
@@ -139,24 +142,42 @@ class LiberoSim:
 
     def __init__(self, task: TaskInfo, cameras: list[str], height: int, width: int) -> None:
         from libero.libero.envs import OffScreenRenderEnv
+        from libero.libero.envs.bddl_utils import get_problem_info
 
         self.task = task
         self.cameras = list(cameras)
+        self.scenes = scene_cache()
         t0 = time.perf_counter()
-        # ignore_done: robosuite would refuse to step past its horizon (1000 steps); episode
-        # length is envfleet's business (max_episode_steps). It changes nothing else.
-        self.env = OffScreenRenderEnv(
-            bddl_file_name=task.bddl_file,
-            camera_names=self.cameras,
-            camera_heights=int(height),
-            camera_widths=int(width),
-            ignore_done=True,
-        )
+        compiles = self.scenes.compiles
+        # LIBERO's own wrapper and arguments; only the task class is its dense variant, which
+        # takes the compiled model and render context from the process's scene cache.
+        with building_dense(get_problem_info(task.bddl_file)["problem_name"], self.scenes):
+            # ignore_done: robosuite would refuse to step past its horizon (1000 steps); episode
+            # length is envfleet's business (max_episode_steps). It changes nothing else.
+            self.env = OffScreenRenderEnv(
+                bddl_file_name=task.bddl_file,
+                camera_names=self.cameras,
+                camera_heights=int(height),
+                camera_widths=int(width),
+                ignore_done=True,
+            )
         self.renv = self.env.env  # the robosuite env inside LIBERO's wrapper
+        # The constructor placed the fixtures from an unseeded draw; envs already on this
+        # scene must keep seeing the seeded pose.
+        if self.scene.fixture_pose is not None:
+            self.scene.set_fixture_pose()
         self.skip_render = False
-        self._model_pose: tuple[np.ndarray, np.ndarray] | None = None
+        self._hard_reset_done = False
         self._closed = False
-        _log(f"built task {task.index} ({task.name}) in {time.perf_counter() - t0:.1f} s")
+        how = "compiled" if self.scenes.compiles > compiles else "on the process's cached scene"
+        _log(f"built task {task.index} ({task.name}), {how}, in {time.perf_counter() - t0:.1f} s")
+
+    @property
+    def scene(self) -> Scene:
+        """The shared model and render context this env runs on."""
+        scene = self.renv._envfleet_scene
+        assert scene is not None, "the env is closed"
+        return scene  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ rendering
     def gl_strings(self) -> dict[str, str]:
@@ -203,7 +224,7 @@ class LiberoSim:
         returned observation is rendered, and not even that with ``render_final=False``.
         """
         self.env.seed(int(seed))
-        if self._model_pose is None:
+        if not self._hard_reset_done:
             self._hard_reset()
         else:
             self.skip_render = not render_all
@@ -223,11 +244,21 @@ class LiberoSim:
 
     def _hard_reset(self) -> None:
         # Only ever the first reset after the build: see the module doc on repeated hard resets.
+        # Its renders (robosuite's shape checks, a forced observation) are never handed out.
         self.renv.hard_reset = True
-        self.env.reset()
+        try:
+            with self.scenes.quiet_renders():
+                self.env.reset()
+        except BaseException:
+            # The scene's other envs must not be left with a half-placed model.
+            scene = self.renv._envfleet_scene
+            if scene is not None and scene.fixture_pose is not None:
+                scene.set_fixture_pose()
+            raise
         # What the seeded hard reset did to the model (fixtures are placed by writing
-        # body_pos / body_quat), for soft resets to restore.
-        self._model_pose = (self.renv.sim.model.body_pos.copy(), self.renv.sim.model.body_quat.copy())
+        # body_pos / body_quat): the scene keeps it for soft resets, and checks every env agrees.
+        self.scene.record_fixture_pose(self.task.name)
+        self._hard_reset_done = True
 
     def _soft_reset(self) -> None:
         """robosuite's reset with ``hard_reset=False``, completed to equal a hard reset.
@@ -247,9 +278,7 @@ class LiberoSim:
             self.env.reset()
         finally:
             renv.hard_reset = True
-        assert self._model_pose is not None
-        renv.sim.model.body_pos[:] = self._model_pose[0]
-        renv.sim.model.body_quat[:] = self._model_pose[1]
+        self.scene.set_fixture_pose()
         for robot in renv.robots:
             gripper = getattr(robot, "gripper", None)
             if gripper is not None and hasattr(gripper, "current_action"):
@@ -319,7 +348,7 @@ class LiberoSim:
         self.renv.timestep, self.renv.cur_time, self.renv.done = snap["counters"]
 
     def close(self) -> None:
-        """Free the MuJoCo env and its GL context. Safe to call twice."""
+        """Free the env and hand its scene back to the cache. Safe to call twice."""
         if self._closed:
             return
         self._closed = True
@@ -330,7 +359,10 @@ class LiberoSim:
 
 
 class LiberoEnv(Env):
-    """``num_envs`` LIBERO envs of one suite, stepped in this process (usually one: ``envs_per_process=1``).
+    """``num_envs`` LIBERO envs of one suite, stepped one after another in this process.
+
+    Envs of one task share the task's compiled model and render context (:mod:`.scenes`);
+    ``train.libero.envs_per_process`` says how many envs a shard process holds.
 
     :param cfg: the env section (``train`` / ``val``), with the backend's own keys at ``cfg.libero``.
     :param ctx: where this object sits in the fleet (seeds of the auto-reset cycle).
@@ -470,6 +502,9 @@ class LiberoEnv(Env):
             if sim is not None:
                 sim.close()
                 self.sims[i] = None
+        cache = scene_cache()
+        if cache.in_use() == 0:
+            cache.close()
 
     # ------------------------------------------------------------------ internals
     def _check_open(self) -> None:
@@ -503,7 +538,7 @@ class LiberoEnv(Env):
         if sim is not None and sim.task.index == task:
             return sim
         if sim is not None:
-            # One MuJoCo env (and GL context, ~1.6 GB with textures) per env slot at a time.
+            # The old task's scene stays cached while other envs use it (or as the idle one).
             sim.close()
             self.sims[i] = None
         # The GL platform is settled before the first simulator import, not in __init__:

@@ -22,6 +22,7 @@ __all__ = [
     "LiberoConfig",
     "check_suite",
     "camera_names",
+    "envs_per_process",
     "observation_spec",
     "envfleet_register_backends",
 ]
@@ -51,6 +52,7 @@ class LiberoConfig:
     """
 
     mujoco_gl: str = "egl"  # MuJoCo's GL platform when MUJOCO_GL is unset: egl (osmesa if EGL cannot start) or osmesa
+    envs_per_process: int = 4  # envs one shard process holds; envs of one task share its model and render context
 
 
 def check_suite(cfg: Any) -> str:
@@ -77,6 +79,18 @@ def _check_libero_section(cfg: Any) -> None:
     gl = None if section is None else section.get("mujoco_gl")
     if gl is not None and gl not in ("egl", "osmesa"):
         raise ConfigError(f"config key 'train.libero.mujoco_gl' must be 'egl' or 'osmesa', got {gl!r}")
+    envs_per_process(cfg)
+
+
+def envs_per_process(cfg: Any) -> int:
+    """``train.libero.envs_per_process``: how many envs share one shard process (at least 1)."""
+    section = cfg.get("libero") if hasattr(cfg, "get") else None
+    value = None if section is None else section.get("envs_per_process")
+    if value is None:
+        return LiberoConfig.envs_per_process
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"config key 'train.libero.envs_per_process' must be an integer >= 1, got {value!r}")
+    return value
 
 
 def observation_spec(cfg: Any, num_envs: int) -> ObservationSpec:
@@ -107,9 +121,9 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             config_schema=LiberoConfig,
             # LIBERO's evaluation protocol: images rotated 180 degrees, 10 settle steps after a reset.
             defaults={"init_params": {"camera_names": ["agentview", "robot0_eye_in_hand"]}, "flip_images": True, "settle_steps": 10},
-            # One MuJoCo env (and GL context) per process: LIBERO envs are single-threaded
-            # and rendering dominates, so processes are what makes them run in parallel.
-            envs_per_process=1,
+            # Several envs per process, one after another; envs of one task share the
+            # compiled model and the render context (docs: "Dense envs").
+            envs_per_process=envs_per_process,
             action_dim=7,
             implements={"auto_reset", "ignore_terminations", "render", "flip_images", "settle_steps", "action_transform"},
             check_config={"train": {"task_suite_name": "libero_spatial", "init_params": {"camera_heights": 64, "camera_widths": 64}}},
