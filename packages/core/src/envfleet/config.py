@@ -104,6 +104,9 @@ class EnvConfig:
     reset_timeout_s: float | None = None  # deadline for a reset or state restore (may build a scene); null: the larger of the two above
     max_restarts: int = 3  # restarts of one shard allowed within restart_window_s
     restart_window_s: float = 600.0  # window over which restarts are counted
+    # The Python the stage's shard processes run under: a venv with envfleet core, the backend and its
+    # simulator (see `envfleet venv`); null: the worker's own interpreter.
+    simulator_python: str | None = None
     init_params: InitParamsConfig = field(default_factory=InitParamsConfig)
     video_cfg: VideoConfig = field(default_factory=VideoConfig)
     # Accepted so that a verl env yaml loads; envfleet does not use them.

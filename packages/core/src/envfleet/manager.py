@@ -44,6 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .env import ChunkStepResult, EnvContext, ResetResult
 from .errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
+from .interpreter import shard_command
 from .plugins import BackendSpec, get_backend
 from .shm import ShmBlock, ShmLayout
 from .wire import Channel, Layout, layout_of
@@ -511,13 +512,11 @@ class ProcessEnvManager:
             shard.block = ShmBlock(shard.layout, tag=f"s{self.stage_id}_{shard.index}_")
         parent_sock, child_sock = socket.socketpair()
         shard.rec_layout, shard.rec_raw, shard.rec_others = None, b"", {}
-        env = dict(os.environ)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        # The child must find envfleet the way the parent does (editable installs, tests).
-        env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        # train.simulator_python: the worker's own Python, or a venv of the simulator's (checked once).
+        python, env = shard_command(self.env_cfg, self.spec)
         with open(shard.log_path, "ab") as log_fh:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "envfleet.shard", str(child_sock.fileno()), str(os.getpid())],
+                [python, "-m", "envfleet.shard", str(child_sock.fileno()), str(os.getpid())],
                 pass_fds=(child_sock.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=log_fh,
