@@ -1,4 +1,4 @@
-"""nox sessions: tests, tests-verl, tests-isaac, lint, typecheck, demo, bench, chaos, docs.
+"""nox sessions: tests, tests-verl, tests-isaac, tests-metaworld, lint, typecheck, demo, bench, chaos, docs.
 
 Every session installs from the pinned files in requirements/, so a fresh machine
 gets the same versions. System packages (EGL/OSMesa for rendering) come from
@@ -15,7 +15,7 @@ import nox
 
 nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["lint", "typecheck", "tests", "tests-verl", "tests-isaac", "docs"]
+nox.options.sessions = ["lint", "typecheck", "tests", "tests-verl", "tests-isaac", "tests-metaworld", "docs"]
 
 PY311 = "3.11"
 
@@ -79,6 +79,30 @@ def tests_isaac(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:dash", "--timeout=1500", "-ra", *args, env=env)
 
 
+@nox.session(name="tests-metaworld", python=PY311)
+def tests_metaworld(session: nox.Session) -> None:
+    """Shards under another interpreter: MetaWorld from its own venv (MuJoCo 3.3.0) driven by a worker on
+    the main lock (MuJoCo 3.17), beside LIBERO in one Ray job; Isaac Lab (tests-isaac's Python 3.12 venv,
+    so this session runs after that one) from a worker on Python 3.11."""
+    # The worker's venv has the backends' light registration modules only, not their simulators.
+    _install_project(session, extra=["packages/backend-metaworld", "packages/backend-isaac"])
+    envdir = os.path.dirname(session.virtualenv.location)
+    sim = os.path.join(envdir, "metaworld-sim")
+    # The simulator's venv, built the way a user builds it.
+    session.run("envfleet", "venv", "metaworld", "--dir", sim)
+    sim_python = os.path.join(sim, "bin", "python")
+    session.run(sim_python, "-m", "pip", "install", "-q", "-c", "requirements/py311.txt", "pytest", "pytest-timeout", external=True)
+    env = {
+        **RENDER_ENV,
+        "ENVFLEET_METAWORLD_PYTHON": sim_python,
+        "ENVFLEET_ISAAC_PYTHON": os.path.join(envdir, "tests-isaac", "bin", "python"),
+        "WARP_CACHE_PATH": os.path.join(session.cache_dir, "warp"),
+        "OMNI_KIT_ACCEPT_EULA": "YES",
+    }
+    args = session.posargs or ["tests/metaworld", "tests/simulator_python"]
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=env)
+
+
 @nox.session(python=PY311)
 def lint(session: nox.Session) -> None:
     """ruff."""
@@ -98,6 +122,7 @@ def typecheck(session: nox.Session) -> None:
         "packages/ray-worker/src/envfleet_ray",
         "packages/backend-libero/src/envfleet_libero",
         "packages/backend-isaac/src/envfleet_isaac",
+        "packages/backend-metaworld/src/envfleet_metaworld",
     )
 
 
@@ -145,6 +170,8 @@ def docs(session: nox.Session) -> None:
         "packages/backend-libero",
         "-e",
         "packages/backend-isaac",
+        "-e",
+        "packages/backend-metaworld",
         "-e",
         "tests/plugins/envfleet-toy",
     )
