@@ -76,13 +76,17 @@ def _fmt(value: Any) -> str:
 
 
 def main(argv: list[str]) -> int:
-    sections = argv or ["manager", "worker", "pipeline", "libero", "isaac", "verl", "dataproto"]
+    sections = argv or ["manager", "worker", "pipeline", "libero", "isaac", "verl", "dataproto", "metaworld"]
+    import bench_metaworld
     import bench_sections
 
     for name in sections:
-        fn = getattr(bench_sections, f"bench_{name}", None)
+        fn = getattr(bench_sections, f"bench_{name}", None) or getattr(bench_metaworld, f"bench_{name}", None)
         if fn is None:
-            print(f"unknown section {name!r}; choose from manager, worker, pipeline, libero, isaac, verl, dataproto", file=sys.stderr)
+            print(
+                f"unknown section {name!r}; choose from manager, worker, pipeline, libero, isaac, verl, dataproto, metaworld",
+                file=sys.stderr,
+            )
             return 2
         t0 = time.perf_counter()
         fn()
