@@ -137,7 +137,8 @@ def demo(session: nox.Session) -> None:
 @nox.session(python=PY311)
 def bench(session: nox.Session) -> None:
     """Benchmarks: prints the figures and writes docs/benchmarks/*.json and plots."""
-    _install_project(session)
+    # MetaWorld's registration module only: its simulator runs in the venv of tests-metaworld.
+    _install_project(session, extra=["packages/backend-metaworld"])
     session.run("python", "bench/run.py", *session.posargs, env=RENDER_ENV)
 
 
