@@ -17,6 +17,7 @@ SCHEMAS = {
     "core": ("envfleet.config", ["EnvConfig", "InitParamsConfig", "VideoConfig", "RolloutConfig", "ModelConfig"]),
     "libero": ("envfleet_libero.plugin", ["LiberoConfig"]),
     "isaac": ("envfleet_isaac.plugin", ["IsaacConfig"]),
+    "metaworld": ("envfleet_metaworld.plugin", ["MetaworldConfig"]),
     "toy": ("envfleet_toy.plugin", ["ToyConfig"]),
 }
 PREFIX = {
@@ -27,6 +28,7 @@ PREFIX = {
     "ModelConfig": "actor.model.",
     "LiberoConfig": "train.libero.",
     "IsaacConfig": "train.isaac.",
+    "MetaworldConfig": "train.metaworld.",
     "ToyConfig": "train.toy.",
 }
 
