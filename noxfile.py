@@ -95,7 +95,7 @@ def tests_metaworld(session: nox.Session) -> None:
     env = {
         **RENDER_ENV,
         "ENVFLEET_METAWORLD_PYTHON": sim_python,
-        "ENVFLEET_ISAAC_PYTHON": os.path.join(envdir, "tests-isaac", "bin", "python"),
+        "ENVFLEET_ISAAC_PYTHON": os.environ.get("ENVFLEET_ISAAC_PYTHON") or os.path.join(envdir, "tests-isaac", "bin", "python"),
         "WARP_CACHE_PATH": os.path.join(session.cache_dir, "warp"),
         "OMNI_KIT_ACCEPT_EULA": "YES",
     }
