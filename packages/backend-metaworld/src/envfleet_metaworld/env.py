@@ -94,7 +94,6 @@ class MetaworldEnv(Env):
         self._task: str | None = None
         self._sid = -1
         self._raw = np.zeros(STATE_DIM)
-        self._bound = False
 
     # ------------------------------------------------------------------ protocol
     def observation_spec(self) -> ObservationSpec:
@@ -147,14 +146,6 @@ class MetaworldEnv(Env):
             self._reset_to(sid)
             flags.infos["reset_state_id"][0] = sid
         return flags.to_result(self._out(), self._descriptions())
-
-    def bind_observation_buffers(self, buffers: dict[str, np.ndarray]) -> bool:
-        # Render straight into the manager's shared memory: no copy per step.
-        for key, value in self.obs.items():
-            buffers[key][...] = value
-        self.obs = buffers
-        self._bound = True
-        return True
 
     def renderer_info(self) -> dict[str, str]:
         return {"platform": os.environ.get("MUJOCO_GL", "")}
@@ -245,5 +236,5 @@ class MetaworldEnv(Env):
         return [INSTRUCTIONS[self.tasks[int(self.tracker.task_ids[0])]] if self.tracker.task_ids[0] >= 0 else ""]
 
     def _out(self) -> dict[str, np.ndarray]:
-        # Bound to shared memory, the arrays themselves are the result (the shard reads them there).
-        return dict(self.obs) if self._bound else {k: v.copy() for k, v in self.obs.items()}
+        # One small image per process: the shard's copy into shared memory costs nothing next to the render.
+        return {k: v.copy() for k, v in self.obs.items()}
