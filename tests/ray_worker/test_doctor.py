@@ -112,8 +112,8 @@ def test_egl_that_cannot_start_fails_when_asked_for_and_warns_otherwise(only_goo
 def test_measure_toy_reports_times_memory_and_capacity(only_good_plugins) -> None:
     code, text = doctor_out("toy", "train.toy.envs_per_process=3", "train.num_envs=3", measure=True)
     assert code == 0, text
-    measured = line_of(text, "ok    toy: one env builds in")
-    assert "steps a chunk of 8 in" in measured and "render last" in measured and "render all" in measured
+    measured = line_of(text, "ok    toy: 3 env(s) in one process build in")
+    assert "step a chunk of 8 in" in measured and "render last" in measured and "render all" in measured
     assert "GB per env (PSS, 3 env(s) measured)" in measured
     cores = len(os.sched_getaffinity(0))
     held = line_of(text, "ok    toy: this machine holds")
@@ -125,13 +125,14 @@ def test_measure_libero_as_a_user_runs_it() -> None:
     # The broken test plugins are warnings here: the backend asked for is fine.
     assert out.returncode == 0, out.stdout + out.stderr
     assert "warn  plugin broken failed to import" in out.stdout
-    measured = line_of(out.stdout, "ok    libero: one env builds in")
-    assert "render last" in measured and "render all" in measured
+    # One full shard at LIBERO's default layout: 4 envs of one task sharing its scene.
+    measured = line_of(out.stdout, "ok    libero: 4 env(s) in one process build in")
+    assert "render last" in measured and "render all" in measured and "4 env(s) measured" in measured
     gb = float(measured.split("memory ")[1].split(" GB per env")[0])
-    assert 0.5 < gb < 4.0, measured  # one LIBERO env process: about 1.6-1.8 GB here at 256x256, less at 64x64
+    assert 0.1 < gb < 1.0, measured  # a process of 4 envs of one task: about 1.4 GB here at 64x64
     cores = len(os.sched_getaffinity(0))
     held = line_of(out.stdout, "ok    libero: this machine holds")
-    assert "at 1 env(s) per process" in held and f"{cores} by {cores} cores" in held
+    assert "at 4 env(s) per process" in held and f"{4 * cores} by {cores} cores" in held
 
 
 @pytest.mark.parametrize(

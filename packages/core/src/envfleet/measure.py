@@ -1,7 +1,8 @@
 """What one env costs, and how many this machine holds: ``envfleet doctor --measure``.
 
-:func:`measure_backend` builds one env of a backend in a shard process, as a rollout
-would, and times its build, its reset and its chunk steps with ``render: last`` and
+:func:`measure_backend` builds one shard process of a backend at its layout (as many
+envs as it puts in one process, all on the first state ids, so envs that share a task
+share what the backend shares), as a rollout would, and times its build, its reset and its chunk steps with ``render: last`` and
 (for a backend that honours ``render``) ``render: all``; it reads the memory of the
 shard process (PSS, else RSS). :func:`capacity` turns that into the number of envs the
 machine's free memory and cores can hold at the backend's layout:
@@ -187,7 +188,7 @@ def _one_run(cfg: Any, result: Measurement, mode: str, first: bool) -> None:
 
 
 def measure_backend(name: str, overrides: Sequence[str] = ()) -> Measurement:
-    """Build one env of backend ``name`` (its smallest config, then ``overrides``) and measure it.
+    """Build one shard of backend ``name`` (its smallest config at its envs per process, then ``overrides``) and measure it.
 
     Never raises for a failing backend: the result says ``ok=False`` and the cause.
     """
@@ -201,8 +202,12 @@ def measure_backend(name: str, overrides: Sequence[str] = ()) -> Measurement:
         for k, mode in enumerate(modes):
             extra = [f"train.render={mode}"] if mode != "default" else []
             cfg = smallest_config(name, [*overrides, *extra], num_action_chunks=None)
+            per_process = envs_per_process(spec, cfg.train)
+            if per_process is not None and per_process > 1 and not any(o.startswith("train.num_envs=") for o in overrides):
+                # A full shard: what one env costs depends on how many share its process.
+                cfg = smallest_config(name, [f"train.num_envs={per_process}", *overrides, *extra], num_action_chunks=None)
             if k == 0:
-                result.envs_per_process = envs_per_process(spec, cfg.train)
+                result.envs_per_process = per_process
             _one_run(cfg, result, mode, first=k == 0)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

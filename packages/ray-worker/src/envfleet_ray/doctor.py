@@ -299,7 +299,8 @@ def _measure_findings(name: str, overrides: list[str], box: Any) -> list[Finding
     findings = [
         Finding(
             "ok",
-            f"{name}: one env builds in {m.build_s:.2f} s, resets in {m.reset_s:.2f} s, steps a chunk of {m.chunk} in {steps}; "
+            f"{name}: {m.envs_measured} env(s) in one process build in {m.build_s:.2f} s, reset in {m.reset_s:.2f} s, "
+            f"step a chunk of {m.chunk} in {steps}; "
             f"memory {per_env / _GB:.2f} GB per env ({m.memory_kind}, {m.envs_measured} env(s) measured)",
         )
     ]
