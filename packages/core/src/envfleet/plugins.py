@@ -231,7 +231,9 @@ def _unknown_backend_message(name: str, installed: list[str]) -> str:
     for failure in own:
         lines.append(f"A plugin named {name!r} is installed but {failure.what}: {type(failure.error).__name__}: {failure.error}.")
     if not own:
-        lines.append(f"To add it, install its package, e.g. `pip install envfleet-{name}` (first-party: envfleet-libero, envfleet-isaac, envfleet-metaworld).")
+        lines.append(
+            f"To add it, install its package, e.g. `pip install envfleet-{name}` (first-party: envfleet-libero, envfleet-isaac, envfleet-metaworld)."
+        )
     return " ".join(lines)
 
 
