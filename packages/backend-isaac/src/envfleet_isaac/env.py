@@ -39,7 +39,7 @@ import torch
 
 from envfleet.env import ChunkStepResult, Env, EnvContext, ObservationSpec, ResetResult
 from envfleet.episodes import EpisodeTracker, StateCycle
-from envfleet.errors import InvalidInputError
+from envfleet.validation import StateTable, check_actions, check_reset_ids
 
 from .launch import SimulationRuntime
 from .plugin import camera_map, observation_spec, task_name
@@ -286,35 +286,21 @@ class IsaacEnv(Env):
             self.env, size, int(self.icfg.state_bank_seed), [str(b) for b in self.icfg.task_buffers], self._task_reset_idx
         )
         self._bank_size = size
+        self.states = StateTable.contiguous(np.zeros(size, dtype=np.int64))  # one task: the task id's
 
     # ------------------------------------------------------------------ protocol
     def observation_spec(self) -> ObservationSpec:
         return dict(self._spec)
 
     def get_all_state_ids(self) -> np.ndarray:
-        return np.arange(int(self.icfg.state_bank_size), dtype=np.int64)
+        return self.states.state_ids.copy()
 
     def get_state_task_ids(self) -> np.ndarray:
-        return np.zeros(int(self.icfg.state_bank_size), dtype=np.int64)  # one task per task id
+        return self.states.tasks_of(self.states.state_ids)
 
     def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
-        state_ids = np.asarray(state_ids, dtype=np.int64)
         n = self.num_envs
-        if state_ids.shape != (n,):
-            raise InvalidInputError(f"state_ids must have shape ({n},), got {state_ids.shape}")
-        bad = np.nonzero((state_ids < 0) | (state_ids >= self._bank_size))[0]
-        if bad.size:
-            raise InvalidInputError(
-                f"state id {int(state_ids[bad[0]])} (env {int(bad[0])}) is out of range: expected 0..{self._bank_size - 1}"
-            )
-        if task_ids is not None:
-            task_ids = np.asarray(task_ids, dtype=np.int64)
-            wrong = np.nonzero(task_ids != 0)[0]
-            if wrong.size:
-                i = int(wrong[0])
-                raise InvalidInputError(
-                    f"env {i}: task id {int(task_ids[i])} does not match state id {int(state_ids[i])}, which belongs to task 0"
-                )
+        state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=n)
         every = np.arange(n)
         self._restore_bank(every, state_ids)
         self.tracker.begin(every, state_ids, np.zeros(n, dtype=np.int64))
@@ -329,12 +315,8 @@ class IsaacEnv(Env):
         )
 
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
-        actions = np.asarray(actions)
         n = self.num_envs
-        if actions.ndim != 3 or actions.shape[0] != n or actions.shape[2] != self.action_dim:
-            raise InvalidInputError(f"actions must have shape [{n}, chunk, {self.action_dim}], got {list(actions.shape)}")
-        if actions.dtype.kind != "f" or not np.isfinite(actions).all():
-            raise InvalidInputError("actions must be finite floats")
+        actions = check_actions(actions, n, self.action_dim)
         chunk = actions.shape[1]
         device = self.env.device
         acts = torch.tensor(actions, dtype=torch.float32, device=device)  # one transfer (copy) per chunk

@@ -47,9 +47,10 @@ from .errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
 from .interpreter import shard_command
 from .plugins import BackendSpec, get_backend
 from .shm import ShmBlock, ShmLayout
+from .validation import StateTable, check_actions, check_reset_ids
 from .wire import Channel, Layout, layout_of
 
-__all__ = ["ProcessEnvManager", "ManagerStats", "validate_actions"]
+__all__ = ["ProcessEnvManager", "ManagerStats"]
 
 log = logging.getLogger(__name__)
 
@@ -206,45 +207,6 @@ class _Resources:
         shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
-def validate_actions(actions: Any, num_envs: int, chunk: int, action_dim: int) -> np.ndarray:
-    """Check actions are a finite float array ``[num_envs, chunk, action_dim]``; return float32.
-
-    :raises InvalidInputError: saying what was expected and what came.
-    """
-    if type(actions) is not np.ndarray and hasattr(actions, "detach") and hasattr(actions, "cpu"):  # a torch tensor
-        actions = actions.detach().cpu().numpy()
-    if not isinstance(actions, np.ndarray):
-        raise InvalidInputError(f"actions must be a numpy array [num_envs, chunk, action_dim], got {type(actions).__name__}")
-    expected = (num_envs, chunk, action_dim)
-    if actions.shape != expected:
-        raise InvalidInputError(
-            f"actions must have shape [num_envs={num_envs}, chunk={chunk}, action_dim={action_dim}], got {list(actions.shape)}"
-        )
-    if actions.dtype.kind != "f":
-        raise InvalidInputError(f"actions must have a float dtype (float32 expected), got {actions.dtype}")
-    finite = np.isfinite(actions)
-    if not finite.all():
-        env, k, d = (int(x) for x in np.argwhere(~finite)[0])
-        raise InvalidInputError(
-            f"actions must be finite: actions[{env}, {k}, {d}] is {actions[env, k, d]} ({int((~finite).sum())} non-finite values)"
-        )
-    return np.ascontiguousarray(actions, dtype=np.float32)
-
-
-def _as_ids(name: str, ids: Any, n: int) -> np.ndarray:
-    if hasattr(ids, "detach") and hasattr(ids, "cpu"):
-        ids = ids.detach().cpu().numpy()
-    arr = np.asarray(ids)
-    if arr.shape != (n,):
-        raise InvalidInputError(f"{name} must have shape ({n},) (one per env of the stage), got {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-            arr = arr.astype(np.int64)
-        else:
-            raise InvalidInputError(f"{name} must be integers, got dtype {arr.dtype}")
-    return arr.astype(np.int64)
-
-
 class ProcessEnvManager:
     """Runs one stage's envs out of process. Same call surface as :class:`~envfleet.env.Env`.
 
@@ -286,8 +248,7 @@ class ProcessEnvManager:
         self.restart_window_s = float(self.env_cfg.restart_window_s)
         self.stats = ManagerStats()
         self.supports_state = False
-        self._state_ids: np.ndarray | None = None
-        self._state_tasks: dict[int, int] = {}
+        self._states: StateTable | None = None
         self._lock = threading.RLock()
         self._running = False
         self._closed = False
@@ -403,22 +364,31 @@ class ProcessEnvManager:
     def get_all_state_ids(self) -> np.ndarray:
         """Every state id the backend can reset to."""
         self._check_running()
-        assert self._state_ids is not None
-        return self._state_ids.copy()
+        assert self._states is not None
+        return self._states.state_ids.copy()
 
     def get_state_task_ids(self) -> np.ndarray:
         """The task of each id of :meth:`get_all_state_ids`."""
-        ids = self.get_all_state_ids()
-        return np.array([self._state_tasks[int(i)] for i in ids], dtype=np.int64)
+        return self._states_table().tasks_of(self.get_all_state_ids())
+
+    def check_reset_ids(self, state_ids: Any, task_ids: Any = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """``reset_envs_to_state_ids``'s arguments checked against this stage: int64 ``(state_ids, task_ids or None)``.
+
+        :raises InvalidInputError: a wrong shape, an unknown id or a task id that does not match (see
+            :func:`envfleet.validation.check_reset_ids`); nothing reaches a simulator.
+        """
+        return check_reset_ids(self._states_table(), state_ids, task_ids, num_envs=self.num_envs, where=f" of stage {self.stage_id}")
+
+    def _states_table(self) -> StateTable:
+        self._check_running()
+        assert self._states is not None
+        return self._states
 
     def reset_envs_to_state_ids(self, state_ids: Any, task_ids: Any = None) -> ResetResult:
         """Reset env ``i`` of the stage to ``state_ids[i]``; ``task_ids`` (optional) must match."""
         with self._lock:
             self._check_running()
-            state_ids = _as_ids("state_ids", state_ids, self.num_envs)
-            if task_ids is not None:
-                task_ids = _as_ids("task_ids", task_ids, self.num_envs)
-            self._check_ids(state_ids, task_ids)
+            state_ids, task_ids = self.check_reset_ids(state_ids, task_ids)
             t0 = time.perf_counter()
             for shard in self._res.shards:
                 sl = shard.env_slice
@@ -436,7 +406,7 @@ class ProcessEnvManager:
         """Step every env through ``actions`` ``[num_envs, chunk, action_dim]``."""
         with self._lock:
             self._check_running()
-            actions = validate_actions(actions, self.num_envs, self.num_action_chunks, self.action_dim)
+            actions = check_actions(actions, self.num_envs, self.action_dim, self.num_action_chunks)
             chunk = actions.shape[1]
             t0 = time.perf_counter()
             # Raw bytes pickle several times faster than a numpy array; each shard gets a slice.
@@ -490,21 +460,6 @@ class ProcessEnvManager:
         self._check_open()
         if not self._running:
             raise RuntimeError(f"stage {self.stage_id}: the simulator is stopped; call start_simulator() (init_simulator()) first")
-
-    def _check_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None) -> None:
-        for i, sid in enumerate(state_ids):
-            if int(sid) not in self._state_tasks:
-                assert self._state_ids is not None
-                lo, hi = int(self._state_ids.min()), int(self._state_ids.max())
-                raise InvalidInputError(
-                    f"state id {int(sid)} (env {i} of stage {self.stage_id}) is unknown: expected one of the "
-                    f"{len(self._state_ids)} ids from get_all_state_ids() ({lo}..{hi})"
-                )
-            if task_ids is not None and int(task_ids[i]) != self._state_tasks[int(sid)]:
-                raise InvalidInputError(
-                    f"env {i} of stage {self.stage_id}: task id {int(task_ids[i])} does not match state id {int(sid)}, "
-                    f"which belongs to task {self._state_tasks[int(sid)]}"
-                )
 
     # ------------------------------------------------------------------ processes
     def _launch(self, shard: _Shard) -> None:
@@ -572,9 +527,8 @@ class ProcessEnvManager:
 
     def _on_init(self, payload: dict[str, Any]) -> None:
         self.supports_state = bool(payload["supports_state"])
-        if self._state_ids is None:
-            self._state_ids = payload["state_ids"]
-            self._state_tasks = {int(s): int(t) for s, t in zip(payload["state_ids"], payload["state_task_ids"])}
+        if self._states is None:
+            self._states = StateTable(payload["state_ids"], payload["state_task_ids"])
 
     def _env_range(self, shard: _Shard) -> str:
         sl = shard.env_slice

@@ -232,10 +232,7 @@ class EnvWorker:
         n = self.num_envs
         # Validate every stage's slice before touching any simulator.
         for s, m in enumerate(managers):
-            m._check_ids(
-                _ints("state_ids", state_ids[s * n : (s + 1) * n]),
-                None if task_ids is None else _ints("task_ids", task_ids[s * n : (s + 1) * n]),
-            )
+            m.check_reset_ids(state_ids[s * n : (s + 1) * n], None if task_ids is None else task_ids[s * n : (s + 1) * n])
 
         def reset(s: int) -> ResetResult:
             with self._stage_locks[s]:
@@ -377,9 +374,3 @@ def _column(data: DataProto, key: str) -> np.ndarray:
         return np.asarray(data.non_tensor_batch[key])
     assert data.batch is not None
     return data.batch[key].cpu().numpy()
-
-
-def _ints(name: str, arr: np.ndarray) -> np.ndarray:
-    from envfleet.manager import _as_ids
-
-    return _as_ids(name, arr, len(arr))

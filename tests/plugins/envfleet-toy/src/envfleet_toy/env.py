@@ -18,7 +18,7 @@ import numpy as np
 
 from envfleet.env import ArraySpec, ChunkStepResult, Env, EnvContext, ObservationSpec, ResetResult
 from envfleet.episodes import EpisodeTracker, StateCycle
-from envfleet.errors import InvalidInputError
+from envfleet.validation import StateTable, check_actions, check_reset_ids
 
 from .plugin import observation_spec
 
@@ -55,6 +55,7 @@ class ToyEnv(Env):
         self.exit_on_step = int(tc.exit_on_step)
         self.frozen = bool(tc.frozen)
         self.planted_bug = str(tc.planted_bug)
+        self.states = StateTable.contiguous(np.repeat(np.arange(self.num_tasks), self.states_per_task))
         self._frozen_result: ChunkStepResult | None = None
         self.render_all = cfg.render == "all"
         self._spec = observation_spec(cfg, self.num_envs)
@@ -90,30 +91,16 @@ class ToyEnv(Env):
         return dict(self._spec)
 
     def get_all_state_ids(self) -> np.ndarray:
-        return np.arange(self.num_tasks * self.states_per_task, dtype=np.int64)
+        return self.states.state_ids.copy()
 
     def get_state_task_ids(self) -> np.ndarray:
-        return self.get_all_state_ids() // self.states_per_task
+        return self.states.tasks_of(self.states.state_ids)
 
     def task_description(self, task_id: int) -> str:
         return f"reach the {COLOR_NAMES[task_id % len(COLOR_NAMES)]} goal (task {task_id})"
 
     def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
-        state_ids = np.asarray(state_ids, dtype=np.int64)
-        total = self.num_tasks * self.states_per_task
-        if state_ids.shape != (self.num_envs,):
-            raise InvalidInputError(f"state_ids must have shape ({self.num_envs},), got {state_ids.shape}")
-        bad = np.nonzero((state_ids < 0) | (state_ids >= total))[0]
-        if bad.size:
-            raise InvalidInputError(f"state id {int(state_ids[bad[0]])} (env {int(bad[0])}) is out of range: expected 0..{total - 1}")
-        tasks = state_ids // self.states_per_task
-        if task_ids is not None:
-            task_ids = np.asarray(task_ids, dtype=np.int64)
-            for i in range(self.num_envs):
-                if task_ids[i] != tasks[i]:
-                    raise InvalidInputError(
-                        f"env {i}: task id {int(task_ids[i])} does not match state id {int(state_ids[i])}, which belongs to task {int(tasks[i])}"
-                    )
+        state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=self.num_envs)
         self._frozen_result = None
         for i, sid in enumerate(state_ids):
             self._reset_one(i, int(sid))
@@ -129,8 +116,7 @@ class ToyEnv(Env):
             os._exit(7)
         if step_index == self.raise_on_step:
             raise RuntimeError(f"toy: train.toy.raise_on_step={self.raise_on_step} reached (test hook)")
-        if actions.ndim != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != self.action_dim:
-            raise InvalidInputError(f"actions must have shape [{self.num_envs}, chunk, {self.action_dim}], got {list(actions.shape)}")
+        actions = check_actions(actions, self.num_envs, self.action_dim)
         chunk = actions.shape[1]
         if self.step_sleep_s > 0:
             time.sleep(self.step_sleep_s)
