@@ -112,6 +112,14 @@ def test_bad_input_then_usable(manager, bad, match) -> None:
     assert out.rewards.shape == (4, 4)
 
 
+def test_a_shard_runs_only_the_commands_of_its_table(manager) -> None:
+    conn = manager.shards[0].conn
+    conn.send(("__init__", {}))  # a method of the server, but not a command
+    reply = conn.recv_within(30.0)
+    assert reply[0] == "err" and "unknown command '__init__'" in reply[2]
+    assert manager.chunk_step(actions()).rewards.shape == (4, 4)
+
+
 def _reset_obs(state_ids: np.ndarray) -> dict[str, np.ndarray]:
     with ProcessEnvManager(make_cfg(num_envs=len(state_ids))) as ref:
         return ref.reset_envs_to_state_ids(state_ids).obs

@@ -46,6 +46,7 @@ from .env import ChunkStepResult, EnvContext, ResetResult
 from .errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
 from .interpreter import shard_command
 from .plugins import BackendSpec, get_backend
+from .protocol import Command, Outcome, RemoteError, Reply
 from .shm import ShmBlock, ShmLayout
 from .validation import StateTable, check_actions, check_reset_ids
 from .wire import Channel, Layout, layout_of
@@ -175,7 +176,7 @@ class _Resources:
         proc, conn = shard.proc, shard.conn
         if proc is not None and proc.poll() is None and graceful and conn is not None:
             try:
-                conn.send(("close", {}))
+                conn.send((Command.CLOSE.value, {}))
                 if conn.poll(5.0):
                     conn.recv()
                 proc.wait(timeout=5.0)
@@ -308,7 +309,7 @@ class ProcessEnvManager:
             self._running = True
             saved = [s for s in self._res.shards if s.saved_state is not None]
             if saved:
-                self._broadcast("load_state", lambda s: {"state": s.saved_state}, saved, self.reset_timeout_s)
+                self._broadcast(Command.LOAD_STATE, lambda s: {"state": s.saved_state}, saved, self.reset_timeout_s)
                 for s in saved:
                     s.saved_state = None
             elif any(s.last_reset is not None for s in self._res.shards):
@@ -319,7 +320,7 @@ class ProcessEnvManager:
                 )
                 resettable = [s for s in self._res.shards if s.last_reset is not None]
                 self._broadcast(
-                    "reset", lambda s: {"state_ids": s.last_reset[0], "task_ids": s.last_reset[1]}, resettable, self.reset_timeout_s
+                    Command.RESET, lambda s: {"state_ids": s.last_reset[0], "task_ids": s.last_reset[1]}, resettable, self.reset_timeout_s
                 )
 
     def stop_simulator(self) -> None:
@@ -328,7 +329,7 @@ class ProcessEnvManager:
             if not self._running:
                 return
             if self.supports_state:
-                states = self._broadcast("get_state", lambda s: {}, self._res.shards, self.step_timeout_s)
+                states = self._broadcast(Command.GET_STATE, lambda s: {}, self._res.shards, self.step_timeout_s)
                 for shard, state in zip(self._res.shards, states):
                     shard.saved_state = state
             for shard in self._res.shards:
@@ -359,7 +360,7 @@ class ProcessEnvManager:
     def renderer_info(self) -> dict[str, str]:
         """What renders this stage's images (asked of its first shard): GL platform, vendor, renderer."""
         self._check_running()
-        return dict(self._broadcast("renderer_info", lambda s: {}, self._res.shards[:1], self.step_timeout_s)[0])
+        return dict(self._broadcast(Command.RENDERER_INFO, lambda s: {}, self._res.shards[:1], self.step_timeout_s)[0])
 
     def get_all_state_ids(self) -> np.ndarray:
         """Every state id the backend can reset to."""
@@ -394,7 +395,7 @@ class ProcessEnvManager:
                 sl = shard.env_slice
                 shard.last_reset = (state_ids[sl].copy(), None if task_ids is None else task_ids[sl].copy())
             obs = self._new_obs()
-            restarted, sim_s = self._call_all("reset", lambda s: {"state_ids": s.last_reset[0], "task_ids": s.last_reset[1]}, obs)
+            restarted, sim_s = self._call_all(Command.RESET, lambda s: {"state_ids": s.last_reset[0], "task_ids": s.last_reset[1]}, obs)
             _, infos, descriptions = self._merge_replies(restarted, "reset")
             result = ResetResult(obs=obs, task_descriptions=descriptions, infos=infos)
             self._account(t0, sim_s)
@@ -413,7 +414,7 @@ class ProcessEnvManager:
             raw, row = actions.tobytes(), actions[0].nbytes
             obs = self._new_obs()
             restarted, sim_s = self._call_all(
-                "step", lambda s: (raw[s.env_slice.start * row : s.env_slice.stop * row], (s.num_envs, *actions.shape[1:])), obs
+                Command.STEP, lambda s: (raw[s.env_slice.start * row : s.env_slice.stop * row], (s.num_envs, *actions.shape[1:])), obs
             )
             flags, infos, descriptions = self._merge_replies(restarted, "step", chunk)
             result = ChunkStepResult(
@@ -442,7 +443,7 @@ class ProcessEnvManager:
             if path:
                 paths.append(path)
         if self._running:
-            for reply in self._broadcast("flush_video", lambda s: {"subdir": subdir}, self._res.shards, self.step_timeout_s):
+            for reply in self._broadcast(Command.FLUSH_VIDEO, lambda s: {"subdir": subdir}, self._res.shards, self.step_timeout_s):
                 paths += list(reply)
         return paths
 
@@ -496,7 +497,7 @@ class ProcessEnvManager:
         )
         conn.send(
             (
-                "init",
+                Command.INIT.value,
                 {
                     "factory": factory,
                     "cfg": self._cfg_container,
@@ -511,9 +512,9 @@ class ProcessEnvManager:
         replies = self._collect(shards, self.start_timeout_s)
         errors: list[Exception] = []
         for shard, (status, payload) in zip(shards, replies):
-            if status == "ok":
+            if status is Outcome.OK:
                 self._on_init(payload)
-            elif status == "died":
+            elif status is Outcome.DIED:
                 errors.append(
                     EnvFleetSimulatorError(
                         f"stage {self.stage_id}, shard {shard.index} (envs {self._env_range(shard)}): the simulator process "
@@ -534,8 +535,8 @@ class ProcessEnvManager:
         sl = shard.env_slice
         return f"{sl.start}" if sl.stop - sl.start == 1 else f"{sl.start}..{sl.stop - 1}"
 
-    def _remote_error(self, shard: _Shard, doing: str, payload: tuple[str, str, str]) -> Exception:
-        kind, message, tb = payload
+    def _remote_error(self, shard: _Shard, doing: str, error: RemoteError) -> Exception:
+        kind, message, tb = error
         if kind == "invalid":
             return InvalidInputError(message.split(": ", 1)[-1])
         return EnvFleetSimulatorError(
@@ -543,8 +544,8 @@ class ProcessEnvManager:
             tb,
         )
 
-    def _collect(self, shards: list[_Shard], timeout: float, on_ok: Any = None) -> list[tuple[str, Any]]:
-        """Await one reply from each shard: ("ok", payload), ("err", (kind, msg, tb)) or ("died"/"hung", how).
+    def _collect(self, shards: list[_Shard], timeout: float, on_ok: Any = None) -> list[Reply]:
+        """Await one :class:`~envfleet.protocol.Reply` from each shard.
 
         Replies are read in shard order: all shards work at once, so by the time the
         first has answered the others mostly have too, and a reply that is already
@@ -552,11 +553,11 @@ class ProcessEnvManager:
         as soon as a shard answers, while the others still work.
         """
         deadline = time.monotonic() + timeout
-        results: list[tuple[str, Any]] = []
+        results: list[Reply] = []
         for shard in shards:
             conn = shard.conn
             if conn is None:
-                results.append(("died", "was not running"))
+                results.append(Reply(Outcome.DIED, "was not running"))
                 continue
             try:
                 reply = conn.recv_within(deadline - time.monotonic())
@@ -565,42 +566,42 @@ class ProcessEnvManager:
                     shard.proc.wait(timeout=5.0)  # type: ignore[union-attr]
                 except subprocess.TimeoutExpired:
                     pass
-                results.append(("died", shard.exit_description()))
+                results.append(Reply(Outcome.DIED, shard.exit_description()))
                 continue
             if reply is Channel.TIMEOUT:
-                results.append(("hung", f"did not answer within {timeout:g} s"))
+                results.append(Reply(Outcome.HUNG, f"did not answer within {timeout:g} s"))
                 continue
-            if reply[0] == "ok":
-                results.append(("ok", reply[1]))
-                shard.sim_s = reply[2]
+            if reply[0] == Outcome.OK.value:
+                _, payload, shard.sim_s = reply
+                results.append(Reply(Outcome.OK, payload))
                 if on_ok is not None:
                     on_ok(shard)
             else:
-                results.append(("err", reply[1:]))
+                results.append(Reply(Outcome.ERR, RemoteError(*reply[1:])))
         return results
 
-    def _broadcast(self, cmd: str, make: Any, shards: list[_Shard], timeout: float) -> list[Any]:
+    def _broadcast(self, cmd: Command, make: Any, shards: list[_Shard], timeout: float) -> list[Any]:
         """Send ``cmd`` to ``shards`` and return payloads; errors raise (no restart)."""
         for s in shards:
             if s.conn is None:
                 raise EnvFleetSimulatorError(f"stage {self.stage_id}, shard {s.index}: not running")
-            s.conn.send((cmd, make(s)))
+            s.conn.send((cmd.value, make(s)))
         out = []
         first_error: Exception | None = None
         for shard, (status, payload) in zip(shards, self._collect(shards, timeout)):
-            if status == "ok":
+            if status is Outcome.OK:
                 out.append(payload)
             elif first_error is None:
                 first_error = (
-                    self._remote_error(shard, cmd, payload)
-                    if status == "err"
-                    else EnvFleetSimulatorError(f"stage {self.stage_id}, shard {shard.index}: {cmd} failed, the process {payload}")
+                    self._remote_error(shard, cmd.value, payload)
+                    if status is Outcome.ERR
+                    else EnvFleetSimulatorError(f"stage {self.stage_id}, shard {shard.index}: {cmd.value} failed, the process {payload}")
                 )
         if first_error is not None:
             raise first_error
         return out
 
-    def _call_all(self, cmd: str, make: Any, obs: dict[str, np.ndarray]) -> tuple[set[int], float]:
+    def _call_all(self, cmd: Command, make: Any, obs: dict[str, np.ndarray]) -> tuple[set[int], float]:
         """Send a reset or step to all shards, then await all; restart the ones that died or hung.
 
         Each shard's observations are copied into ``obs`` as soon as it answers, so
@@ -611,10 +612,10 @@ class ProcessEnvManager:
         for s in shards:
             try:
                 assert s.conn is not None
-                s.conn.send((cmd, make(s)))
+                s.conn.send((cmd.value, make(s)))
             except (OSError, AssertionError):
                 pass  # dead already: handled as a crash below
-        timeout = self.reset_timeout_s if cmd == "reset" else self.step_timeout_s
+        timeout = self.reset_timeout_s if cmd is Command.RESET else self.step_timeout_s
         # Byte views of the result arrays: a shard's part is then one memcpy per key, far less
         # code than numpy's slice assignment. Released before returning, so that they do not
         # count as holders of the arrays (see _RecyclingPool).
@@ -625,20 +626,22 @@ class ProcessEnvManager:
             for view, _ in out.values():
                 view.release()
 
-    def _await_all(self, cmd: str, shards: list[_Shard], timeout: float, out: dict[str, tuple[memoryview, int]]) -> tuple[set[int], float]:
+    def _await_all(
+        self, cmd: Command, shards: list[_Shard], timeout: float, out: dict[str, tuple[memoryview, int]]
+    ) -> tuple[set[int], float]:
         outcomes = self._collect(shards, timeout, on_ok=lambda shard: self._copy_obs(shard, out))
         restarted: set[int] = set()
         first_error: Exception | None = None
         sim_s = 0.0
         for shard, (status, payload) in zip(shards, outcomes):
-            if status == "ok":
+            if status is Outcome.OK:
                 self._absorb(shard, payload)
                 sim_s = max(sim_s, shard.sim_s)
-            elif status == "err":
+            elif status is Outcome.ERR:
                 if first_error is None:
-                    first_error = self._remote_error(shard, "resetting" if cmd == "reset" else "stepping", payload)
+                    first_error = self._remote_error(shard, "resetting" if cmd is Command.RESET else "stepping", payload)
             else:
-                reply = self._restart(shard, f"{payload} during {cmd}")
+                reply = self._restart(shard, f"{payload} during {cmd.value}")
                 restarted.add(shard.index)
                 self._copy_obs(shard, out)
                 if reply is not None:  # None: never reset, so _launch's empty reply stands
@@ -691,9 +694,9 @@ class ProcessEnvManager:
             try:
                 self._launch(shard)
                 ((status, payload),) = self._collect([shard], self.start_timeout_s)
-                if status == "err":
+                if status is Outcome.ERR:
                     raise self._remote_error(shard, "rebuilding the env after a crash", payload)
-                if status != "ok":
+                if status is not Outcome.OK:
                     how = f"{payload} while restarting"
                     continue
                 self._on_init(payload)
@@ -701,11 +704,11 @@ class ProcessEnvManager:
                     return None
                 state_ids, task_ids = shard.last_reset
                 assert shard.conn is not None
-                shard.conn.send(("reset", {"state_ids": state_ids, "task_ids": task_ids}))
+                shard.conn.send((Command.RESET.value, {"state_ids": state_ids, "task_ids": task_ids}))
                 ((status, payload),) = self._collect([shard], self.reset_timeout_s)
-                if status == "ok":
+                if status is Outcome.OK:
                     return tuple(payload)
-                if status == "err":
+                if status is Outcome.ERR:
                     raise self._remote_error(shard, "resetting after a restart", payload)
                 how = f"{payload} during the reset after a restart"
             except (OSError, BrokenPipeError) as exc:

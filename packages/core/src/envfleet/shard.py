@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .protocol import Command, RemoteError, err_message, ok_message
 from .wire import ArrayPacker, Channel
 
 __all__ = ["main"]
@@ -108,6 +109,19 @@ class _Server:
         self.writer: _ObsWriter | None = None
         self.packer = ArrayPacker()
         self.sent_descriptions: list[str] | None = None
+        # The commands a manager may send: nothing else of this object can be called from outside.
+        # Keyed by the plain string that travels (an Enum member hashes by its name, not its value).
+        table = {
+            Command.INIT: self.init,
+            Command.RESET: self.reset,
+            Command.STEP: self.step,
+            Command.GET_STATE: self.get_state,
+            Command.LOAD_STATE: self.load_state,
+            Command.FLUSH_VIDEO: self.flush_video,
+            Command.RENDERER_INFO: self.renderer_info,
+            Command.CLOSE: self.close,
+        }
+        self.commands: dict[str, Any] = {command.value: handler for command, handler in table.items()}
 
     def _reply(self, descriptions: Any, infos: dict[str, Any], flags: tuple[np.ndarray, ...] = ()) -> tuple[Any, ...]:
         # (fields or None, array bytes, others, descriptions or None): see envfleet.wire.
@@ -201,20 +215,23 @@ class _Server:
                 return
             t0 = time.perf_counter()
             try:
-                payload = getattr(self, cmd)(msg)
-                reply: tuple[Any, ...] = ("ok", payload, time.perf_counter() - t0)
+                handler = self.commands.get(cmd)
+                if handler is None:
+                    raise ValueError(f"unknown command {cmd!r}: expected one of {sorted(c.value for c in Command)}")
+                reply: tuple[Any, ...] = ok_message(handler(msg), time.perf_counter() - t0)
             except BaseException as exc:
                 kind = "invalid" if isinstance(exc, InvalidInputError) else "error"
-                reply = ("err", kind, f"{type(exc).__name__}: {exc}", traceback.format_exc())
-                sys.stderr.write(reply[3])
+                error = RemoteError(kind, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+                reply = err_message(error)
+                sys.stderr.write(error.traceback)
                 sys.stderr.flush()
             try:
                 self.conn.send(reply)
             except (EOFError, OSError, BrokenPipeError):
                 return
             except Exception as exc:
-                self.conn.send(("err", "error", f"cannot send the reply to {cmd!r}: {exc}", traceback.format_exc()))
-            if cmd == "close":
+                self.conn.send(err_message(RemoteError("error", f"cannot send the reply to {cmd!r}: {exc}", traceback.format_exc())))
+            if cmd == Command.CLOSE.value:
                 return
 
 
