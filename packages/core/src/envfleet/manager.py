@@ -22,16 +22,11 @@ sub-step and ``infos["sim_restarted"]`` True. Too many restarts in a window rais
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import pickle
-import shutil
-import signal
 import socket
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -47,15 +42,16 @@ from .errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
 from .interpreter import shard_command
 from .plugins import BackendSpec, get_backend
 from .protocol import Command, Outcome, RemoteError, Reply
+from .recycling import RecyclingPool
+from .replies import ReplyMerger
+from .shard_handle import RestartBudget, ShardHandle, ShardSet
 from .shm import ShmBlock, ShmLayout
 from .validation import StateTable, check_actions, check_reset_ids
-from .wire import Channel, Layout, layout_of
+from .wire import Channel
 
 __all__ = ["ProcessEnvManager", "ManagerStats"]
 
 log = logging.getLogger(__name__)
-
-_STDERR_TAIL_LINES = 20
 
 
 @dataclass
@@ -78,134 +74,6 @@ class ManagerStats:
     def as_dict(self) -> dict[str, Any]:
         """Plain numbers, for metrics."""
         return {"calls": self.calls, "wall_s": self.wall_s, "sim_s": self.sim_s, "transfer_s": self.transfer_s, "restarts": self.restarts}
-
-
-class _Shard:
-    """Parent-side handle of one shard process."""
-
-    def __init__(self, index: int, env_slice: slice, layout: ShmLayout, log_dir: str) -> None:
-        self.index = index
-        self.env_slice = env_slice
-        self.num_envs = env_slice.stop - env_slice.start
-        self.layout = layout
-        self.block: ShmBlock | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.conn: Channel | None = None
-        self.log_path = os.path.join(log_dir, f"shard{index}.log")
-        self.restarts: collections.deque[float] = collections.deque()
-        self.last_reset: tuple[np.ndarray, np.ndarray | None] | None = None
-        self.saved_state: Any = None
-        self.sim_s = 0.0
-        # The last reset/step reply (see envfleet.wire): its layout, bytes, other infos, descriptions.
-        self.rec_layout: Layout | None = None
-        self.rec_raw = b""
-        self.rec_others: dict[str, Any] = {}
-        self.descriptions: list[str] = [""] * self.num_envs
-
-    def exit_description(self) -> str:
-        if self.proc is None:
-            return "not started"
-        code = self.proc.poll()
-        if code is None:
-            return "running"
-        if code < 0:
-            try:
-                return f"killed by signal {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        return f"exited with code {code}"
-
-    def stderr_tail(self, lines: int = _STDERR_TAIL_LINES) -> str:
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(size - 16384, 0))
-                text = fh.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-def _pool_baseline() -> int:
-    probe: list[np.ndarray] = [np.empty(1)]
-    for arr in probe:
-        return sys.getrefcount(arr)
-    raise AssertionError("unreachable")
-
-
-class _RecyclingPool:
-    """Output arrays that are reused once nobody but this pool holds them.
-
-    Copying the observations out of shared memory into freshly allocated arrays
-    costs several times the copy itself: large allocations come back from the
-    kernel as new pages, each one faulted in and zeroed. Results are still
-    independent arrays: an array is reused only when its reference count shows
-    that the caller dropped every reference (to it and to any view or tensor made
-    from it), so no one can see it change. A caller that keeps its results simply
-    gets new arrays.
-    """
-
-    _BASELINE = _pool_baseline()  # references the pool itself holds while checking (list, loop variable, argument)
-
-    def __init__(self, keep: int = 2) -> None:
-        self.keep = keep
-        self._arrays: dict[str, list[np.ndarray]] = {}
-
-    def take(self, key: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        """An array of ``shape`` and ``dtype`` that no one else references."""
-        arrays = self._arrays.setdefault(key, [])
-        for arr in arrays:
-            if sys.getrefcount(arr) == self._BASELINE and arr.shape == shape and arr.dtype == dtype:
-                return arr
-        fresh = np.empty(shape, dtype=dtype)
-        arrays.append(fresh)
-        if len(arrays) > self.keep:
-            del arrays[0]
-        return fresh
-
-
-class _Resources:
-    """Everything that must go when the manager goes; used by close() and by GC."""
-
-    def __init__(self) -> None:
-        self.shards: list[_Shard] = []
-        self.log_dir = tempfile.mkdtemp(prefix="envfleet_logs_")
-
-    def kill_shard(self, shard: _Shard, graceful: bool = False) -> None:
-        proc, conn = shard.proc, shard.conn
-        if proc is not None and proc.poll() is None and graceful and conn is not None:
-            try:
-                conn.send((Command.CLOSE.value, {}))
-                if conn.poll(5.0):
-                    conn.recv()
-                proc.wait(timeout=5.0)
-            except Exception:
-                pass
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            try:
-                proc.wait(timeout=10.0)
-            except subprocess.TimeoutExpired:  # pragma: no cover - a process in D state
-                pass
-        if conn is not None:
-            try:
-                conn.close()
-            except OSError:
-                pass
-        shard.proc = None
-        shard.conn = None
-
-    def free_shard(self, shard: _Shard, graceful: bool = False) -> None:
-        self.kill_shard(shard, graceful)
-        if shard.block is not None:
-            shard.block.close()
-            shard.block = None
-
-    def cleanup(self) -> None:
-        for shard in self.shards:
-            self.free_shard(shard)
-        shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
 class ProcessEnvManager:
@@ -253,17 +121,16 @@ class ProcessEnvManager:
         self._lock = threading.RLock()
         self._running = False
         self._closed = False
-        # dtype and trailing shape of each info key, per call kind, to fill the rows of a restarted shard
-        self._info_templates: dict[str, dict[str, tuple[np.dtype[Any], tuple[int, ...]]]] = {"reset": {}, "step": {}}
-        self._fast_layouts: dict[str, Layout] = {}
-        self._obs_pool = _RecyclingPool()
-        self._res = _Resources()
-        self._finalizer = weakref.finalize(self, self._res.cleanup)
+        self._replies = ReplyMerger(self.num_envs)
+        self._obs_pool = RecyclingPool()
+        self._shard_set = ShardSet()
+        self._finalizer = weakref.finalize(self, self._shard_set.cleanup)
         size = self.spec.shard_size(self.env_cfg, self.num_envs)
         for index, start in enumerate(range(0, self.num_envs, size)):
             env_slice = slice(start, min(start + size, self.num_envs))
             layout = ShmLayout(self.obs_spec, env_slice.stop - env_slice.start)
-            self._res.shards.append(_Shard(index, env_slice, layout, self._res.log_dir))
+            budget = RestartBudget(self.max_restarts, self.restart_window_s)
+            self._shard_set.shards.append(ShardHandle(index, env_slice, layout, self._shard_set.log_dir, budget))
         self._cfg_container = OmegaConf.to_container(self.env_cfg, resolve=True)
         self._recorder: Any = None
         if self.env_cfg.video_cfg.save_video:
@@ -273,18 +140,18 @@ class ProcessEnvManager:
 
     # ------------------------------------------------------------------ properties
     @property
-    def shards(self) -> list[_Shard]:
+    def shards(self) -> list[ShardHandle]:
         """The shard handles (for tests and diagnostics)."""
-        return self._res.shards
+        return self._shard_set.shards
 
     @property
     def num_shards(self) -> int:
         """How many processes this stage runs."""
-        return len(self._res.shards)
+        return len(self._shard_set.shards)
 
     def shard_pids(self) -> list[int | None]:
         """The pid of each shard process (None when stopped)."""
-        return [s.proc.pid if s.proc is not None else None for s in self._res.shards]
+        return [s.proc.pid if s.proc is not None else None for s in self._shard_set.shards]
 
     @property
     def running(self) -> bool:
@@ -299,26 +166,26 @@ class ProcessEnvManager:
             if self._running:
                 return
             try:
-                for shard in self._res.shards:
+                for shard in self._shard_set.shards:
                     self._launch(shard)
-                self._await_init(self._res.shards)
+                self._await_init(self._shard_set.shards)
             except BaseException:
-                for shard in self._res.shards:
-                    self._res.free_shard(shard)
+                for shard in self._shard_set.shards:
+                    shard.free()
                 raise
             self._running = True
-            saved = [s for s in self._res.shards if s.saved_state is not None]
+            saved = [s for s in self._shard_set.shards if s.saved_state is not None]
             if saved:
                 self._broadcast(Command.LOAD_STATE, lambda s: {"state": s.saved_state}, saved, self.reset_timeout_s)
                 for s in saved:
                     s.saved_state = None
-            elif any(s.last_reset is not None for s in self._res.shards):
+            elif any(s.last_reset is not None for s in self._shard_set.shards):
                 warnings.warn(
                     f"backend {self.spec.name!r} has no get_state(): stage {self.stage_id} restarts its episodes "
                     "from their last reset after start_simulator()",
                     stacklevel=2,
                 )
-                resettable = [s for s in self._res.shards if s.last_reset is not None]
+                resettable = [s for s in self._shard_set.shards if s.last_reset is not None]
                 self._broadcast(
                     Command.RESET, lambda s: {"state_ids": s.last_reset[0], "task_ids": s.last_reset[1]}, resettable, self.reset_timeout_s
                 )
@@ -329,11 +196,11 @@ class ProcessEnvManager:
             if not self._running:
                 return
             if self.supports_state:
-                states = self._broadcast(Command.GET_STATE, lambda s: {}, self._res.shards, self.step_timeout_s)
-                for shard, state in zip(self._res.shards, states):
+                states = self._broadcast(Command.GET_STATE, lambda s: {}, self._shard_set.shards, self.step_timeout_s)
+                for shard, state in zip(self._shard_set.shards, states):
                     shard.saved_state = state
-            for shard in self._res.shards:
-                self._res.free_shard(shard, graceful=True)
+            for shard in self._shard_set.shards:
+                shard.free(graceful=True)
             self._running = False
 
     def close(self) -> None:
@@ -343,8 +210,8 @@ class ProcessEnvManager:
                 return
             self._closed = True
             self._running = False
-            for shard in self._res.shards:
-                self._res.free_shard(shard, graceful=True)
+            for shard in self._shard_set.shards:
+                shard.free(graceful=True)
             if self._recorder is not None:
                 self._recorder.close()
             self._finalizer()
@@ -360,7 +227,7 @@ class ProcessEnvManager:
     def renderer_info(self) -> dict[str, str]:
         """What renders this stage's images (asked of its first shard): GL platform, vendor, renderer."""
         self._check_running()
-        return dict(self._broadcast(Command.RENDERER_INFO, lambda s: {}, self._res.shards[:1], self.step_timeout_s)[0])
+        return dict(self._broadcast(Command.RENDERER_INFO, lambda s: {}, self._shard_set.shards[:1], self.step_timeout_s)[0])
 
     def get_all_state_ids(self) -> np.ndarray:
         """Every state id the backend can reset to."""
@@ -391,12 +258,12 @@ class ProcessEnvManager:
             self._check_running()
             state_ids, task_ids = self.check_reset_ids(state_ids, task_ids)
             t0 = time.perf_counter()
-            for shard in self._res.shards:
+            for shard in self._shard_set.shards:
                 sl = shard.env_slice
                 shard.last_reset = (state_ids[sl].copy(), None if task_ids is None else task_ids[sl].copy())
             obs = self._new_obs()
             restarted, sim_s = self._call_all(Command.RESET, lambda s: {"state_ids": s.last_reset[0], "task_ids": s.last_reset[1]}, obs)
-            _, infos, descriptions = self._merge_replies(restarted, "reset")
+            _, infos, descriptions = self._replies.merge(self.shards, restarted, Command.RESET)
             result = ResetResult(obs=obs, task_descriptions=descriptions, infos=infos)
             self._account(t0, sim_s)
             if self._recorder is not None:
@@ -416,7 +283,7 @@ class ProcessEnvManager:
             restarted, sim_s = self._call_all(
                 Command.STEP, lambda s: (raw[s.env_slice.start * row : s.env_slice.stop * row], (s.num_envs, *actions.shape[1:])), obs
             )
-            flags, infos, descriptions = self._merge_replies(restarted, "step", chunk)
+            flags, infos, descriptions = self._replies.merge(self.shards, restarted, Command.STEP, chunk)
             result = ChunkStepResult(
                 obs=obs,
                 task_descriptions=descriptions,
@@ -443,7 +310,7 @@ class ProcessEnvManager:
             if path:
                 paths.append(path)
         if self._running:
-            for reply in self._broadcast(Command.FLUSH_VIDEO, lambda s: {"subdir": subdir}, self._res.shards, self.step_timeout_s):
+            for reply in self._broadcast(Command.FLUSH_VIDEO, lambda s: {"subdir": subdir}, self._shard_set.shards, self.step_timeout_s):
                 paths += list(reply)
         return paths
 
@@ -463,11 +330,11 @@ class ProcessEnvManager:
             raise RuntimeError(f"stage {self.stage_id}: the simulator is stopped; call start_simulator() (init_simulator()) first")
 
     # ------------------------------------------------------------------ processes
-    def _launch(self, shard: _Shard) -> None:
+    def _launch(self, shard: ShardHandle) -> None:
         if shard.block is None:
             shard.block = ShmBlock(shard.layout, tag=f"s{self.stage_id}_{shard.index}_")
         parent_sock, child_sock = socket.socketpair()
-        shard.rec_layout, shard.rec_raw, shard.rec_others = None, b"", {}
+        shard.forget_reply()
         # train.simulator_python: the worker's own Python, or a venv of the simulator's (checked once).
         python, env = shard_command(self.env_cfg, self.spec)
         with open(shard.log_path, "ab") as log_fh:
@@ -508,7 +375,7 @@ class ProcessEnvManager:
             )
         )
 
-    def _await_init(self, shards: list[_Shard]) -> None:
+    def _await_init(self, shards: list[ShardHandle]) -> None:
         replies = self._collect(shards, self.start_timeout_s)
         errors: list[Exception] = []
         for shard, (status, payload) in zip(shards, replies):
@@ -517,7 +384,7 @@ class ProcessEnvManager:
             elif status is Outcome.DIED:
                 errors.append(
                     EnvFleetSimulatorError(
-                        f"stage {self.stage_id}, shard {shard.index} (envs {self._env_range(shard)}): the simulator process "
+                        f"stage {self.stage_id}, shard {shard.index} (envs {shard.env_range}): the simulator process "
                         f"{payload} while starting. Last lines of its output:\n{shard.stderr_tail()}"
                     )
                 )
@@ -531,20 +398,16 @@ class ProcessEnvManager:
         if self._states is None:
             self._states = StateTable(payload["state_ids"], payload["state_task_ids"])
 
-    def _env_range(self, shard: _Shard) -> str:
-        sl = shard.env_slice
-        return f"{sl.start}" if sl.stop - sl.start == 1 else f"{sl.start}..{sl.stop - 1}"
-
-    def _remote_error(self, shard: _Shard, doing: str, error: RemoteError) -> Exception:
+    def _remote_error(self, shard: ShardHandle, doing: str, error: RemoteError) -> Exception:
         kind, message, tb = error
         if kind == "invalid":
             return InvalidInputError(message.split(": ", 1)[-1])
         return EnvFleetSimulatorError(
-            f"backend {self.spec.name!r} raised while {doing} (stage {self.stage_id}, shard {shard.index}, envs {self._env_range(shard)}): {message}",
+            f"backend {self.spec.name!r} raised while {doing} (stage {self.stage_id}, shard {shard.index}, envs {shard.env_range}): {message}",
             tb,
         )
 
-    def _collect(self, shards: list[_Shard], timeout: float, on_ok: Any = None) -> list[Reply]:
+    def _collect(self, shards: list[ShardHandle], timeout: float, on_ok: Any = None) -> list[Reply]:
         """Await one :class:`~envfleet.protocol.Reply` from each shard.
 
         Replies are read in shard order: all shards work at once, so by the time the
@@ -580,7 +443,7 @@ class ProcessEnvManager:
                 results.append(Reply(Outcome.ERR, RemoteError(*reply[1:])))
         return results
 
-    def _broadcast(self, cmd: Command, make: Any, shards: list[_Shard], timeout: float) -> list[Any]:
+    def _broadcast(self, cmd: Command, make: Any, shards: list[ShardHandle], timeout: float) -> list[Any]:
         """Send ``cmd`` to ``shards`` and return payloads; errors raise (no restart)."""
         for s in shards:
             if s.conn is None:
@@ -606,9 +469,9 @@ class ProcessEnvManager:
 
         Each shard's observations are copied into ``obs`` as soon as it answers, so
         the copy overlaps the other shards' work. Each shard's reply is kept on its
-        handle (see :meth:`_absorb`); a restarted shard holds its fresh reset's reply.
+        handle (see :meth:`~envfleet.shard_handle.ShardHandle.keep_reply`); a restarted shard holds its fresh reset's reply.
         """
-        shards = self._res.shards
+        shards = self._shard_set.shards
         for s in shards:
             try:
                 assert s.conn is not None
@@ -618,7 +481,7 @@ class ProcessEnvManager:
         timeout = self.reset_timeout_s if cmd is Command.RESET else self.step_timeout_s
         # Byte views of the result arrays: a shard's part is then one memcpy per key, far less
         # code than numpy's slice assignment. Released before returning, so that they do not
-        # count as holders of the arrays (see _RecyclingPool).
+        # count as holders of the arrays (see envfleet.recycling).
         out = {key: (arr.data.cast("B"), arr.nbytes // self.num_envs) for key, arr in obs.items()}
         try:
             return self._await_all(cmd, shards, timeout, out)
@@ -627,7 +490,7 @@ class ProcessEnvManager:
                 view.release()
 
     def _await_all(
-        self, cmd: Command, shards: list[_Shard], timeout: float, out: dict[str, tuple[memoryview, int]]
+        self, cmd: Command, shards: list[ShardHandle], timeout: float, out: dict[str, tuple[memoryview, int]]
     ) -> tuple[set[int], float]:
         outcomes = self._collect(shards, timeout, on_ok=lambda shard: self._copy_obs(shard, out))
         restarted: set[int] = set()
@@ -635,7 +498,7 @@ class ProcessEnvManager:
         sim_s = 0.0
         for shard, (status, payload) in zip(shards, outcomes):
             if status is Outcome.OK:
-                self._absorb(shard, payload)
+                shard.keep_reply(payload)
                 sim_s = max(sim_s, shard.sim_s)
             elif status is Outcome.ERR:
                 if first_error is None:
@@ -645,37 +508,24 @@ class ProcessEnvManager:
                 restarted.add(shard.index)
                 self._copy_obs(shard, out)
                 if reply is not None:  # None: never reset, so _launch's empty reply stands
-                    self._absorb(shard, reply)
+                    shard.keep_reply(reply)
         if first_error is not None:
             raise first_error
         return restarted, sim_s
 
-    @staticmethod
-    def _absorb(shard: _Shard, payload: tuple[Any, ...]) -> None:
-        """Keep a reset/step reply ``(fields or None, array bytes, others, descriptions or None)``."""
-        fields, raw, others, descriptions = payload
-        if fields is not None:
-            shard.rec_layout = layout_of(fields, shard.num_envs)
-        shard.rec_raw, shard.rec_others = raw, others
-        if descriptions is not None:
-            shard.descriptions = descriptions
-
-    def _restart(self, shard: _Shard, how: str) -> tuple[Any, ...] | None:
+    def _restart(self, shard: ShardHandle, how: str) -> tuple[Any, ...] | None:
         """Kill, rebuild and re-reset a shard; return its reset reply (None: it was never reset)."""
         while True:
             exit_desc = shard.exit_description() if shard.proc is not None and shard.proc.poll() is not None else how
             tail = shard.stderr_tail()
-            self._res.kill_shard(shard)
-            now = time.monotonic()
-            shard.restarts.append(now)
-            while shard.restarts and now - shard.restarts[0] > self.restart_window_s:
-                shard.restarts.popleft()
+            shard.kill()
+            recent = shard.budget.spend()
             self.stats.restarts += 1
             self.stats.restart_log.append(
                 {
                     "stage": self.stage_id,
                     "shard": shard.index,
-                    "envs": self._env_range(shard),
+                    "envs": shard.env_range,
                     "cause": how,
                     "exit": exit_desc,
                     "stderr_tail": tail.splitlines()[-5:],
@@ -684,10 +534,10 @@ class ProcessEnvManager:
                 }
             )
             del self.stats.restart_log[:-100]  # the most recent causes are enough; a long run must not grow
-            log.warning("stage %d shard %d (envs %s): %s; restarting", self.stage_id, shard.index, self._env_range(shard), how)
-            if len(shard.restarts) > self.max_restarts:
+            log.warning("stage %d shard %d (envs %s): %s; restarting", self.stage_id, shard.index, shard.env_range, how)
+            if shard.budget.exhausted:
                 raise RestartLimitError(
-                    f"stage {self.stage_id}, shard {shard.index} (envs {self._env_range(shard)}) failed {len(shard.restarts)} times "
+                    f"stage {self.stage_id}, shard {shard.index} (envs {shard.env_range}) failed {recent} times "
                     f"within {self.restart_window_s:g} s (train.max_restarts={self.max_restarts}); last failure: {how} "
                     f"({exit_desc}). Last lines of the simulator's output:\n{tail}"
                 )
@@ -719,81 +569,13 @@ class ProcessEnvManager:
         return {k: self._obs_pool.take(k, (self.num_envs, *s.shape), s.dtype) for k, s in self.obs_spec.items()}
 
     @staticmethod
-    def _copy_obs(shard: _Shard, out: dict[str, tuple[memoryview, int]]) -> None:
+    def _copy_obs(shard: ShardHandle, out: dict[str, tuple[memoryview, int]]) -> None:
         """Copy a shard's observations into the result: ``out`` maps each key to (its bytes, bytes per env)."""
         assert shard.block is not None
         start = shard.env_slice.start
         for key, src in shard.block.bytes.items():
             dest, per_env = out[key]
             dest[start * per_env : start * per_env + src.nbytes] = src
-
-    def _merge_replies(
-        self, restarted: set[int], kind: str, chunk: int = 0
-    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
-        """The stage's flags (step only), infos and task descriptions from the shards' last replies.
-
-        When every shard sent the same layout (the usual case) their bytes are joined
-        and each field is read once for the whole stage.
-        """
-        shards = self._res.shards
-        descriptions = [d for s in shards for d in s.descriptions]
-        layout = shards[0].rec_layout
-        if not restarted and layout is not None and all(s.rec_layout is layout and not s.rec_others for s in shards):
-            arrays = layout.join([s.rec_raw for s in shards])
-            flags = {key[2:]: value for key, value in arrays.items() if key.startswith("f.")}
-            infos = {key[2:]: value for key, value in arrays.items() if key.startswith("i.")}
-            if self._fast_layouts.get(kind) is not layout:
-                self._fast_layouts[kind] = layout
-                self._info_templates[kind].update({key: (value.dtype, value.shape[1:]) for key, value in infos.items()})
-            infos["sim_restarted"] = np.zeros(self.num_envs, dtype=bool)
-            return flags, infos, descriptions
-        flags = {
-            "rewards": np.zeros((self.num_envs, chunk), dtype=np.float32),
-            "terminations": np.zeros((self.num_envs, chunk), dtype=bool),
-            "truncations": np.zeros((self.num_envs, chunk), dtype=bool),
-        }
-        parts: list[dict[str, Any]] = []
-        for shard in shards:
-            arrays = shard.rec_layout.unpack(shard.rec_raw) if shard.rec_layout is not None else {}
-            arrays.update(shard.rec_others)
-            parts.append({key[2:]: value for key, value in arrays.items() if key.startswith("i.")})
-            if shard.index in restarted:
-                flags["truncations"][shard.env_slice, -1:] = True
-            elif kind == "step":
-                for key in flags:
-                    flags[key][shard.env_slice] = arrays["f." + key]
-        return flags, self._merge_infos(parts, restarted, kind), descriptions
-
-    def _merge_infos(self, infos: list[dict[str, Any]], restarted: set[int], kind: str) -> dict[str, np.ndarray]:
-        templates = self._info_templates[kind]
-        keys: list[str] = []
-        for part in infos:
-            for key, value in part.items():
-                value = np.asarray(value)
-                if key not in keys:
-                    keys.append(key)
-                if key not in templates and value.ndim >= 1:
-                    templates[key] = (value.dtype, value.shape[1:])
-        keys = keys + [k for k in templates if k not in keys]
-        merged: dict[str, np.ndarray] = {}
-        for key in keys:
-            parts = []
-            for shard, part in zip(self._res.shards, infos):
-                if key in part and np.asarray(part[key]).ndim >= 1 and len(part[key]) == shard.num_envs:
-                    parts.append(np.asarray(part[key]))
-                else:
-                    dtype, tail = templates.get(key, (np.dtype(np.float32), ()))
-                    fill = -1 if dtype.kind in "iu" else (False if dtype.kind == "b" else 0)
-                    parts.append(np.full((shard.num_envs, *tail), fill, dtype=dtype))
-            try:
-                merged[key] = np.concatenate(parts, axis=0)
-            except ValueError:
-                merged[key] = np.array([p for part in parts for p in part], dtype=object)
-        merged["sim_restarted"] = np.zeros(self.num_envs, dtype=bool)
-        for shard in self._res.shards:
-            if shard.index in restarted:
-                merged["sim_restarted"][shard.env_slice] = True
-        return merged
 
     def _account(self, t0: float, sim_s: float) -> None:
         self.stats.calls += 1

@@ -26,13 +26,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Channel", "ArrayPacker", "Layout", "layout_of"]
+__all__ = ["Channel", "ArrayPacker", "Layout", "layout_of", "FLAG_PREFIX", "INFO_PREFIX"]
 
 _HEADER = struct.Struct("!Q")
 _READ_SIZE = 1 << 16
 _SPLIT_WRITE = 1 << 16  # above this, the header and the body are written separately (no concatenation copy)
 
 Fields = tuple[tuple[str, str, tuple[int, ...]], ...]
+
+#: A reply's arrays share one namespace: a step's flags are named ``f.rewards``, ``f.terminations``,
+#: ``f.truncations`` and each info ``i.<name>``, so that an info may be called ``rewards`` too.
+FLAG_PREFIX = "f."
+INFO_PREFIX = "i."
 
 
 class Channel:
@@ -199,7 +204,7 @@ class ArrayPacker:
     numeric array with one row per env (strings, scalars), to be pickled as is.
     """
 
-    _FLAG_NAMES = ("f.rewards", "f.terminations", "f.truncations")
+    _FLAG_NAMES = tuple(FLAG_PREFIX + name for name in ("rewards", "terminations", "truncations"))
 
     def __init__(self) -> None:
         self._sent: tuple[Any, ...] | None = None
@@ -232,7 +237,7 @@ class ArrayPacker:
         for name, value in infos.items():
             arr = value if type(value) is np.ndarray else np.asarray(value)
             if arr.dtype.kind in "biuf" and arr.ndim and arr.shape[0] == num_envs:
-                names.append("i." + name)
+                names.append(INFO_PREFIX + name)
                 arrays.append(arr)
             else:
                 others[name] = value

@@ -1,0 +1,110 @@
+"""Merging the shards' replies into one stage's flags, infos and task descriptions.
+
+Each shard keeps its last reset/step reply on its handle
+(:meth:`~envfleet.shard_handle.ShardHandle.keep_reply`). When every shard sent
+the same layout (the usual case) their bytes are joined and each field is read
+once for the whole stage; otherwise each shard's arrays are unpacked and
+concatenated, and a restarted shard's rows are filled: zero rewards, the last
+sub-step truncated, and each info with the value that means "none" for its
+dtype (-1, False or 0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .protocol import Command
+from .shard_handle import ShardHandle
+from .wire import FLAG_PREFIX, INFO_PREFIX, Layout
+
+__all__ = ["ReplyMerger"]
+
+_FLAG_KEYS = ("rewards", "terminations", "truncations")
+
+
+class ReplyMerger:
+    """Merges one stage's replies; remembers each info's dtype and shape to fill the rows of a restarted shard.
+
+    :param num_envs: the stage's envs.
+    """
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+        # dtype and trailing shape of each info key, per command, to fill the rows of a restarted shard
+        self._info_templates: dict[Command, dict[str, tuple[np.dtype[Any], tuple[int, ...]]]] = {Command.RESET: {}, Command.STEP: {}}
+        self._fast_layouts: dict[Command, Layout] = {}
+
+    def merge(
+        self, shards: list[ShardHandle], restarted: set[int], command: Command, chunk: int = 0
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
+        """The stage's flags (step only), infos and task descriptions from the shards' last replies.
+
+        :param restarted: the indices of the shards restarted during this call.
+        :param chunk: the chunk length (for a restarted shard's flags).
+        """
+        descriptions = [d for s in shards for d in s.descriptions]
+        layout = shards[0].reply_layout
+        if not restarted and layout is not None and all(s.reply_layout is layout and not s.reply_other_infos for s in shards):
+            arrays = layout.join([s.reply_bytes for s in shards])
+            flags = _strip(arrays, FLAG_PREFIX)
+            infos = _strip(arrays, INFO_PREFIX)
+            if self._fast_layouts.get(command) is not layout:
+                self._fast_layouts[command] = layout
+                self._info_templates[command].update({key: (value.dtype, value.shape[1:]) for key, value in infos.items()})
+            infos["sim_restarted"] = np.zeros(self.num_envs, dtype=bool)
+            return flags, infos, descriptions
+        flags = {
+            "rewards": np.zeros((self.num_envs, chunk), dtype=np.float32),
+            "terminations": np.zeros((self.num_envs, chunk), dtype=bool),
+            "truncations": np.zeros((self.num_envs, chunk), dtype=bool),
+        }
+        parts: list[dict[str, Any]] = []
+        for shard in shards:
+            arrays = shard.reply_layout.unpack(shard.reply_bytes) if shard.reply_layout is not None else {}
+            parts.append(_strip(arrays, INFO_PREFIX))
+            if shard.index in restarted:
+                flags["truncations"][shard.env_slice, -1:] = True
+            elif command is Command.STEP:
+                shard_flags = _strip(arrays, FLAG_PREFIX)
+                for key in _FLAG_KEYS:
+                    flags[key][shard.env_slice] = shard_flags[key]
+        return flags, self._merge_infos(shards, parts, restarted, command), descriptions
+
+    def _merge_infos(
+        self, shards: list[ShardHandle], infos: list[dict[str, Any]], restarted: set[int], command: Command
+    ) -> dict[str, np.ndarray]:
+        templates = self._info_templates[command]
+        keys: list[str] = []
+        for part in infos:
+            for key, value in part.items():
+                value = np.asarray(value)
+                if key not in keys:
+                    keys.append(key)
+                if key not in templates and value.ndim >= 1:
+                    templates[key] = (value.dtype, value.shape[1:])
+        keys = keys + [k for k in templates if k not in keys]
+        merged: dict[str, np.ndarray] = {}
+        for key in keys:
+            pieces = []
+            for shard, part in zip(shards, infos):
+                if key in part and np.asarray(part[key]).ndim >= 1 and len(part[key]) == shard.num_envs:
+                    pieces.append(np.asarray(part[key]))
+                else:
+                    dtype, tail = templates.get(key, (np.dtype(np.float32), ()))
+                    fill = -1 if dtype.kind in "iu" else (False if dtype.kind == "b" else 0)
+                    pieces.append(np.full((shard.num_envs, *tail), fill, dtype=dtype))
+            try:
+                merged[key] = np.concatenate(pieces, axis=0)
+            except ValueError:
+                merged[key] = np.array([p for piece in pieces for p in piece], dtype=object)
+        merged["sim_restarted"] = np.zeros(self.num_envs, dtype=bool)
+        for shard in shards:
+            if shard.index in restarted:
+                merged["sim_restarted"][shard.env_slice] = True
+        return merged
+
+
+def _strip(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    return {key[len(prefix) :]: value for key, value in arrays.items() if key.startswith(prefix)}
