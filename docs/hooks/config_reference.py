@@ -7,6 +7,7 @@ comment on each field's line, so the reference cannot drift from the code.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib
 import inspect
 import re
@@ -51,6 +52,8 @@ def _comments(cls: type) -> dict[str, str]:
 
 
 def _type(tp: Any) -> str:
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):  # a behaviour switch: list what it takes
+        return " | ".join(repr(member.value) for member in tp)
     text = str(tp).replace("typing.", "")
     return getattr(tp, "__name__", text) if not typing.get_args(tp) else text
 
@@ -58,6 +61,8 @@ def _type(tp: Any) -> str:
 def _default(field: dataclasses.Field[Any]) -> str:
     if field.default is not dataclasses.MISSING:
         value = field.default
+        if isinstance(value, enum.Enum):
+            return repr(value.value)
         return "required" if str(value) == "???" else repr(value)
     if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
         value = field.default_factory()  # type: ignore[misc]

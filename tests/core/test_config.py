@@ -93,8 +93,18 @@ def test_wrong_type_names_key_and_type() -> None:
 
 
 def test_bad_value_of_switch() -> None:
-    with pytest.raises(ConfigError, match=r"'train.render' must be one of \['last', 'all'\]"):
+    with pytest.raises(ConfigError, match=r"'train.render' must be one of \['last', 'all'\], got 'sometimes'"):
         load_config(overrides=["train.simulator_type=toy", "train.render=sometimes"])
+    with pytest.raises(ConfigError, match=r"'train.action_transform' must be one of \['none', 'openvla'\], got 'OpenVLA'"):
+        load_config(overrides=["train.simulator_type=toy", "train.action_transform=OpenVLA"])
+
+
+def test_switches_are_enums_that_compare_as_their_strings() -> None:
+    from envfleet.config import ActionTransform, RenderMode
+
+    cfg = load_config(overrides=["train.simulator_type=toy", "train.render=all"])
+    assert cfg.train.render is RenderMode.all and cfg.train.render == "all" and str(cfg.train.render) == "all"
+    assert cfg.train.action_transform is ActionTransform.none and f"{cfg.train.action_transform}" == "none"
 
 
 def test_section_for_another_backend() -> None:

@@ -19,6 +19,7 @@ import os
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -34,6 +35,8 @@ __all__ = [
     "ModelConfig",
     "ActorConfig",
     "EnvFleetConfig",
+    "RenderMode",
+    "ActionTransform",
     "RENDER_MODES",
     "ACTION_TRANSFORMS",
     "OPTIONAL_KEYS",
@@ -41,8 +44,34 @@ __all__ = [
     "parse_overrides",
 ]
 
-RENDER_MODES = ("last", "all")
-ACTION_TRANSFORMS = ("none", "openvla")
+
+class _Switch(str, Enum):
+    """A behaviour switch: a str, so that ``cfg.render == "all"`` and ``str(cfg.render)`` give the plain value.
+
+    Members are named by their value, in lower case: OmegaConf converts a yaml string to
+    an enum member by its name, so ``render: last`` validates as it is written.
+    """
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class RenderMode(_Switch):
+    """When a backend renders its cameras within a chunk (``train.render``)."""
+
+    last = "last"  #: only the last sub-step, where the observation is handed out
+    all = "all"  #: every sub-step
+
+
+class ActionTransform(_Switch):
+    """What a backend does to the actions before its simulator sees them (``train.action_transform``)."""
+
+    none = "none"  #: nothing
+    openvla = "openvla"  #: OpenVLA's gripper convention: [0, 1] -> [-1, 1], sign, flipped
+
+
+RENDER_MODES = tuple(mode.value for mode in RenderMode)
+ACTION_TRANSFORMS = tuple(transform.value for transform in ActionTransform)
 
 #: Core keys that only the backends declaring them (``BackendSpec.implements``) honour, each
 #: with the value that asks nothing of a backend. Any other value, for a backend that does not
@@ -50,10 +79,10 @@ ACTION_TRANSFORMS = ("none", "openvla")
 OPTIONAL_KEYS: dict[str, Any] = {
     "auto_reset": False,
     "ignore_terminations": False,
-    "render": "last",
+    "render": RenderMode.last,
     "flip_images": False,
     "settle_steps": 0,
-    "action_transform": "none",
+    "action_transform": ActionTransform.none,
 }
 
 
@@ -94,10 +123,10 @@ class EnvConfig:
     # a value other than the default, for a backend that does not, is an error at load time.
     auto_reset: bool = False  # reset finished envs at the end of a chunk to the next state id
     ignore_terminations: bool = False  # keep stepping after success (termination still reported)
-    render: str = "last"  # last: render only the last sub-step of a chunk; all: every sub-step
+    render: RenderMode = RenderMode.last  # last: render only the last sub-step of a chunk; all: every sub-step
     device: str = "cpu"  # simulation device, for backends that have one (Isaac)
     flip_images: bool = False  # rotate images 180 degrees, as VLA pipelines feed LIBERO (LIBERO's default: true)
-    action_transform: str = "none"  # none, or openvla (gripper [0,1] -> [-1,1], sign, flip)
+    action_transform: ActionTransform = ActionTransform.none  # none, or openvla (gripper [0,1] -> [-1,1], sign, flip)
     settle_steps: int = 0  # no-op steps after a reset, before the first observation (LIBERO's default: 10)
     step_timeout_s: float = 120.0  # a shard that takes longer for one call is killed and rebuilt
     start_timeout_s: float = 300.0  # deadline for a shard to build its simulator
@@ -213,11 +242,22 @@ def _merge(schema: type, prefix: str, *layers: Any) -> DictConfig:
         key = getattr(exc, "full_key", None) or ""
         hints = typing.get_type_hints(schema)
         top = str(key).split(".")[0].split("[")[0]
+        if top in hints and "." not in str(key) and isinstance(hints[top], type) and issubclass(hints[top], Enum):
+            allowed = [member.value for member in hints[top]]
+            raise ConfigError(f"config key '{prefix}{key}' must be one of {allowed}, got {_bad_value(layers, top)!r}") from None
         expected = _type_name(hints[top]) if top in hints and "." not in str(key) else "the schema's type"
         message = str(exc).splitlines()[0]
         raise ConfigError(f"config key '{prefix}{key}' has a wrong value: {message} (expected {expected})") from None
     assert isinstance(merged, DictConfig)
     return merged
+
+
+def _bad_value(layers: tuple[Any, ...], key: str) -> Any:
+    """The value of ``key`` in the last layer that sets it (the one a merge failed on)."""
+    for layer in reversed(layers):
+        if isinstance(layer, (Mapping, DictConfig)) and key in layer:
+            return layer[key]
+    return None
 
 
 def _check_missing(cfg: DictConfig, prefix: str) -> None:
@@ -227,12 +267,6 @@ def _check_missing(cfg: DictConfig, prefix: str) -> None:
 
 
 def _check_values(section: DictConfig, prefix: str) -> None:
-    if section.render not in RENDER_MODES:
-        raise ConfigError(f"config key '{prefix}render' must be one of {list(RENDER_MODES)}, got {section.render!r}")
-    if section.action_transform not in ACTION_TRANSFORMS:
-        raise ConfigError(
-            f"config key '{prefix}action_transform' must be one of {list(ACTION_TRANSFORMS)}, got {section.action_transform!r}"
-        )
     positive = ("num_envs", "step_timeout_s", "start_timeout_s", "restart_window_s")
     for key in positive:
         if section[key] <= 0:
@@ -256,8 +290,10 @@ def _check_implemented(section: DictConfig, prefix: str, spec: Any) -> None:
     for key, neutral in OPTIONAL_KEYS.items():
         if key not in implemented and section[key] != neutral:
             offers = ", ".join(sorted(implemented)) or "none of them"
+            value = section[key].value if isinstance(section[key], Enum) else section[key]
+            neutral = neutral.value if isinstance(neutral, Enum) else neutral
             raise ConfigError(
-                f"config key '{prefix}{key}' is {section[key]!r}, but backend {spec.name!r} does not implement it "
+                f"config key '{prefix}{key}' is {value!r}, but backend {spec.name!r} does not implement it "
                 f"(of the optional keys {', '.join(OPTIONAL_KEYS)} it implements {offers}); remove it or set it to {neutral!r}"
             )
 
