@@ -26,10 +26,14 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     # The Ray-dependent names load on first use.
-    if name in ("EnvWorkerGroup", "GroupFuture"):
-        from . import group
+    if name == "EnvWorkerGroup":
+        from .group import EnvWorkerGroup
 
-        return getattr(group, name)
+        return EnvWorkerGroup
+    if name == "GroupFuture":
+        from .futures import GroupFuture
+
+        return GroupFuture
     if name == "EnvLoop":
         from .loop import EnvLoop
 

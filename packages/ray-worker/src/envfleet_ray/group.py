@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import ray
 from omegaconf import DictConfig, OmegaConf
-from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -33,68 +33,14 @@ from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError, WorkerDiedError
 from envfleet.fingerprint import fingerprint
 
-from .lane import LaneCall, LaneClient, LaneClosed
+from .futures import DEAD_WORKER_ERRORS, GroupFuture, WorkerCall, unwrap_task_error
+from .lane import LaneClient, LaneClosed
 from .metrics import merge_per_task
 from .worker import EnvWorker
 
-__all__ = ["EnvWorkerGroup", "GroupFuture"]
+__all__ = ["EnvWorkerGroup", "GroupFuture"]  # GroupFuture: see envfleet_ray.futures
 
 log = logging.getLogger(__name__)
-
-_DEAD = (RayActorError, ActorDiedError, ActorUnavailableError)
-
-
-def _unwrap(exc: RayTaskError) -> BaseException:
-    cause = getattr(exc, "cause", None)
-    return cause if isinstance(cause, BaseException) else exc
-
-
-class GroupFuture:
-    """The pending result of a group call; :meth:`get` waits, checks and concatenates."""
-
-    def __init__(self, refs: list[ray.ObjectRef], finish: Callable[[list[Any]], Any], on_dead: Callable[[int, BaseException], Any]) -> None:
-        self._refs = refs
-        self._finish = finish
-        self._on_dead = on_dead
-        self._value: Any = None
-        self._done = False
-
-    def get(self, timeout: float | None = None) -> Any:
-        """Wait for every worker and return the combined result."""
-        if self._done:
-            return self._value
-        results: list[Any] = []
-        for rank, ref in enumerate(self._refs):
-            try:
-                if isinstance(ref, LaneCall):
-                    try:
-                        results.append(ref.result(timeout))
-                    except TimeoutError as exc:
-                        raise GetTimeoutError(f"worker {rank}: {exc}") from None
-                elif isinstance(ref, LaneClosed):
-                    raise ref
-                else:
-                    results.append(ray.get(ref, timeout=timeout))
-            except (*_DEAD, LaneClosed) as exc:
-                results.append(self._on_dead(rank, exc))
-            except RayTaskError as exc:
-                # The worker's own exception (InvalidInputError, EnvFleetSimulatorError, ...), not
-                # Ray's wrapper, so that callers catch what the worker raised and read its message.
-                raise _unwrap(exc) from exc
-        self._value = self._finish(results)
-        self._done = True
-        return self._value
-
-    def ready(self) -> bool:
-        """True when every worker has answered (does not wait)."""
-        if self._done:
-            return True
-        refs = [r for r in self._refs if isinstance(r, ray.ObjectRef)]
-        lanes_ready = all(r.ready() for r in self._refs if isinstance(r, LaneCall))
-        if not refs:
-            return lanes_ready
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        return lanes_ready and len(done) == len(refs)
 
 
 class EnvWorkerGroup:
@@ -151,13 +97,14 @@ class EnvWorkerGroup:
                 f"the cluster could not grant {self.num_workers} bundles of {bundles[0]} within {placement_timeout_s:g} s "
                 f"(available: {ray.available_resources()}); lower cpus_per_worker or num_workers"
             ) from None
+        self._lanes: list[LaneClient | None] = []
         self._actor_cls = ray.remote(EnvWorker)
         self.workers: list[Any] = [self._create(rank) for rank in range(self.num_workers)]
         self.nodes: list[dict[str, Any]] = ray.get([w.node_info.remote() for w in self.workers])
         self._initialized: set[str] = set()
         self._last_reset: dict[str, DataProto] = {}
         self._local_lane = bool(local_lane)
-        self._lanes: list[LaneClient | None] = [self._open_lane(rank) for rank in range(self.num_workers)]
+        self._lanes = [self._open_lane(rank) for rank in range(self.num_workers)]
 
     # ------------------------------------------------------------------ actors
     def _create(self, rank: int) -> Any:
@@ -200,7 +147,7 @@ class EnvWorkerGroup:
             return exc
         try:
             ray.get(self.workers[rank].node_info.remote(), timeout=30)
-        except _DEAD as dead:
+        except DEAD_WORKER_ERRORS as dead:
             return dead
         except Exception:
             pass
@@ -247,12 +194,12 @@ class EnvWorkerGroup:
 
     # ------------------------------------------------------------------ broadcast
     def _broadcast(self, method: str, *args: Any) -> GroupFuture:
-        refs = [getattr(w, method).remote(*args) for w in self.workers]
+        calls = [WorkerCall.via_ray(getattr(w, method).remote(*args)) for w in self.workers]
 
         def on_dead(rank: int, exc: BaseException) -> Any:
             raise self._dead_error(rank, exc) from exc
 
-        return GroupFuture(refs, lambda results: results, on_dead)
+        return GroupFuture(calls, lambda results: results, on_dead)
 
     def init_worker(self) -> None:
         """Build every worker's EnvManagers."""
@@ -270,10 +217,10 @@ class EnvWorkerGroup:
         for rank, worker in enumerate(self.workers):
             try:
                 return ray.get(getattr(worker, method).remote(*args))
-            except _DEAD as exc:
+            except DEAD_WORKER_ERRORS as exc:
                 first = first or self._dead_error(rank, exc)
             except RayTaskError as exc:
-                raise _unwrap(exc) from exc
+                raise unwrap_task_error(exc) from exc
         raise first or RuntimeError("the group has no workers")
 
     def get_all_state_ids(self, mode: str = "train") -> np.ndarray:
@@ -311,7 +258,7 @@ class EnvWorkerGroup:
             )
         mode = str(data.meta_info.get("mode", "train"))
         parts = [data] if self.num_workers == 1 else data.chunk(self.num_workers)
-        refs = [w.reset_envs_to_state_ids.remote(p) for w, p in zip(self.workers, parts)]
+        calls = [WorkerCall.via_ray(w.reset_envs_to_state_ids.remote(p)) for w, p in zip(self.workers, parts)]
 
         def on_dead(rank: int, exc: BaseException) -> DataProto:
             self._revive(rank, exc)
@@ -321,7 +268,7 @@ class EnvWorkerGroup:
             self._last_reset[mode] = data
             return DataProto.concat(results)
 
-        return GroupFuture(refs, finish, on_dead)
+        return GroupFuture(calls, finish, on_dead)
 
     def env_interact_step(self, data: DataProto) -> GroupFuture:
         """Step one stage on every worker: ``len(data) == num_workers * num_envs``, worker-major."""
@@ -336,22 +283,22 @@ class EnvWorkerGroup:
         mode = str(data.meta_info.get("mode", "train"))
         chunk = self._chunk
         parts = [data] if self.num_workers == 1 else data.chunk(self.num_workers)
-        refs: list[Any] = []
+        calls: list[WorkerCall] = []
         for w, lane, p in zip(self.workers, self._lanes, parts):
             if lane is None:
-                refs.append(w.env_interact_step.remote(p))
+                calls.append(WorkerCall.via_ray(w.env_interact_step.remote(p)))
                 continue
             try:
-                refs.append(lane.call(stage, "env_interact_step", p))
+                calls.append(WorkerCall.via_lane(lane.call(stage, "env_interact_step", p)))
             except LaneClosed as exc:
-                refs.append(exc)  # the worker is gone: get() handles it as a dead worker
+                calls.append(WorkerCall.lane_closed(exc))  # the worker is gone: get() handles it as a dead worker
 
         def on_dead(rank: int, exc: BaseException) -> DataProto:
             exc = self._death_cause(rank, exc)
             self._revive(rank, exc)
             return ray.get(self.workers[rank].restart_step_result.remote(int(stage), chunk, mode))  # type: ignore[no-any-return]
 
-        return GroupFuture(refs, concat_harmonized, on_dead)
+        return GroupFuture(calls, concat_harmonized, on_dead)
 
     # ------------------------------------------------------------------ teardown
     def shutdown(self) -> None:

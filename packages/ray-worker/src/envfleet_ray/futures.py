@@ -1,0 +1,129 @@
+"""``GroupFuture``: the pending result of a call on every worker of a group.
+
+Each worker's share of a call is one :class:`WorkerCall`, whose :class:`Route`
+says how it was sent and so how to wait for it: through Ray (an object ref), over
+the local lane (a :class:`~envfleet_ray.lane.LaneCall`), or not at all, because
+the worker's lane was already closed (then the worker is treated as dead when the
+result is read). The future itself is :attr:`FutureState.PENDING` until
+:meth:`GroupFuture.get` has combined every share, then :attr:`FutureState.DONE`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
+
+from .lane import LaneCall, LaneClosed
+
+__all__ = ["DEAD_WORKER_ERRORS", "FutureState", "GroupFuture", "Route", "WorkerCall", "unwrap_task_error"]
+
+#: What Ray raises for a call on a worker that is gone.
+DEAD_WORKER_ERRORS = (RayActorError, ActorDiedError, ActorUnavailableError)
+
+
+def unwrap_task_error(exc: RayTaskError) -> BaseException:
+    """The worker's own exception inside Ray's wrapper (or the wrapper, if it holds none)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
+
+class Route(Enum):
+    """How one worker's share of a call was sent."""
+
+    RAY = "ray"  #: a Ray actor call: wait on its object ref
+    LANE = "lane"  #: over the local lane: wait on its LaneCall
+    LANE_CLOSED = "lane_closed"  #: not sent, the lane was closed: the worker is gone
+
+
+@dataclass(frozen=True)
+class WorkerCall:
+    """One worker's share of a group call."""
+
+    route: Route
+    ref: Any = None  #: RAY: the ObjectRef; LANE: the LaneCall
+    closed: LaneClosed | None = None  #: LANE_CLOSED: why the lane was closed
+
+    @classmethod
+    def via_ray(cls, ref: ray.ObjectRef) -> WorkerCall:
+        """A call sent through Ray."""
+        return cls(Route.RAY, ref)
+
+    @classmethod
+    def via_lane(cls, call: LaneCall) -> WorkerCall:
+        """A call sent over the local lane."""
+        return cls(Route.LANE, call)
+
+    @classmethod
+    def lane_closed(cls, error: LaneClosed) -> WorkerCall:
+        """A call that could not be sent: the worker's lane was closed."""
+        return cls(Route.LANE_CLOSED, closed=error)
+
+    def result(self, rank: int, timeout: float | None) -> Any:
+        """Wait for the worker's answer; raise what the worker raised, or why it is gone."""
+        if self.route is Route.LANE:
+            try:
+                return self.ref.result(timeout)
+            except TimeoutError as exc:
+                raise GetTimeoutError(f"worker {rank}: {exc}") from None
+        if self.route is Route.LANE_CLOSED:
+            assert self.closed is not None
+            raise self.closed
+        return ray.get(self.ref, timeout=timeout)
+
+
+class FutureState(Enum):
+    """Where a :class:`GroupFuture` stands."""
+
+    PENDING = "pending"  #: some answers may still be on their way
+    DONE = "done"  #: every answer is in and combined; ``get()`` returns the same value again
+
+
+class GroupFuture:
+    """The pending result of a group call; :meth:`get` waits, checks and combines.
+
+    :param calls: one :class:`WorkerCall` per worker, by rank.
+    :param finish: combines the workers' results into the call's result.
+    :param on_dead: ``(rank, error)`` for a worker that is gone: returns a stand-in result or raises.
+    """
+
+    def __init__(self, calls: list[WorkerCall], finish: Callable[[list[Any]], Any], on_dead: Callable[[int, BaseException], Any]) -> None:
+        self._calls = calls
+        self._finish = finish
+        self._on_dead = on_dead
+        self._value: Any = None
+        self.state = FutureState.PENDING
+
+    def get(self, timeout: float | None = None) -> Any:
+        """Wait for every worker and return the combined result."""
+        if self.state is FutureState.DONE:
+            return self._value
+        results: list[Any] = []
+        for rank, call in enumerate(self._calls):
+            try:
+                results.append(call.result(rank, timeout))
+            except (*DEAD_WORKER_ERRORS, LaneClosed) as exc:
+                results.append(self._on_dead(rank, exc))
+            except RayTaskError as exc:
+                # The worker's own exception (InvalidInputError, EnvFleetSimulatorError, ...), not
+                # Ray's wrapper, so that callers catch what the worker raised and read its message.
+                raise unwrap_task_error(exc) from exc
+        self._value = self._finish(results)
+        self.state = FutureState.DONE
+        return self._value
+
+    def ready(self) -> bool:
+        """True when every worker has answered (does not wait)."""
+        if self.state is FutureState.DONE:
+            return True
+        if not all(call.ref.ready() for call in self._calls if call.route is Route.LANE):
+            return False
+        refs = [call.ref for call in self._calls if call.route is Route.RAY]
+        if not refs:
+            return True
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)  # one wait for all of them
+        return len(done) == len(refs)
