@@ -147,3 +147,18 @@ def test_interleaved_schedule() -> None:
     tasks = np.array([0, 0, 0, 1, 1, 1])
     order, t = interleaved_schedule(ids, tasks)
     assert order.tolist() == [0, 3, 1, 4, 2, 5] and t.tolist() == [0, 1, 0, 1, 0, 1]
+
+
+class _MisconfiguredGroup(EnvWorkerGroup):
+    """A group whose workers get a config their constructor rejects (as on a node with other packages)."""
+
+    def _create(self, rank: int):
+        self._cfg_container["train"]["num_envs"] = "four"
+        return super()._create(rank)
+
+
+def test_a_worker_constructor_error_reaches_the_caller_as_itself(local_ray) -> None:
+    from envfleet.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="num_envs"):
+        _MisconfiguredGroup(cfg(), num_workers=1, cpus_per_worker=1)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import ray
 from omegaconf import DictConfig, OmegaConf
-from ray.exceptions import GetTimeoutError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -100,7 +100,11 @@ class EnvWorkerGroup:
         self._lanes: list[LaneClient | None] = []
         self._actor_cls = ray.remote(EnvWorker)
         self.workers: list[Any] = [self._create(rank) for rank in range(self.num_workers)]
-        self.nodes: list[dict[str, Any]] = ray.get([w.node_info.remote() for w in self.workers])
+        try:
+            self.nodes: list[dict[str, Any]] = self._node_infos()
+        except BaseException:
+            self.shutdown()
+            raise
         self._initialized: set[str] = set()
         self._last_reset: dict[str, DataProto] = {}
         self._local_lane = bool(local_lane)
@@ -115,6 +119,37 @@ class EnvWorkerGroup:
             scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank),
             name=None,
         ).remote(self._cfg_container, rank)
+
+    def _node_infos(self, ranks: Sequence[int] | None = None) -> list[dict[str, Any]]:
+        """Where each of ``ranks`` (all workers by default) runs; raises the error a worker's constructor raised."""
+        ranks = range(self.num_workers) if ranks is None else ranks
+        refs = [self.workers[rank].node_info.remote() for rank in ranks]
+        infos = []
+        for rank, ref in zip(ranks, refs):
+            try:
+                infos.append(ray.get(ref))
+            except RayActorError as exc:
+                raise self._constructor_error(rank, exc) from exc
+        return infos
+
+    def _constructor_error(self, rank: int, exc: RayActorError) -> BaseException:
+        """The exception a worker's constructor raised (ConfigError, ImportError, ...), not Ray's ActorDiedError.
+
+        Ray keeps only the text of a constructor's error, so the constructor is run again
+        as a task in the worker's bundle, where the error is returned as itself.
+        """
+        if not exc.actor_init_failed:
+            return exc
+        probe = ray.remote(_build_worker).options(
+            num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank)
+        )
+        try:
+            ray.get(probe.remote(self._cfg_container, rank), timeout=300)
+        except RayTaskError as err:
+            return unwrap_task_error(err)
+        except Exception:
+            pass
+        return exc
 
     def _open_lane(self, rank: int) -> LaneClient | None:
         if not self._local_lane or self.nodes[rank].get("node_id") != ray.get_runtime_context().get_node_id():
@@ -185,8 +220,8 @@ class EnvWorkerGroup:
         for mode in ("train", "val"):
             if f"sim:{mode}" in self._initialized:
                 calls.append(worker.init_simulator.remote(mode))
+        self.nodes[rank] = self._node_infos([rank])[0]
         ray.get(calls)
-        self.nodes[rank] = ray.get(worker.node_info.remote())
         self._lanes[rank] = self._open_lane(rank)
         for data in self._last_reset.values():
             part = data.chunk(self.num_workers)[rank]
@@ -325,6 +360,11 @@ class EnvWorkerGroup:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _build_worker(config: Any, rank: int) -> None:
+    """Build an EnvWorker and close it: what a worker's actor does first, as a task whose error Ray keeps."""
+    EnvWorker(config, rank).close()
 
 
 def concat_harmonized(parts: Sequence[DataProto]) -> DataProto:
