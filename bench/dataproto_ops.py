@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import timed
+from common import timed
 
 N, HW, CHUNK, WORKERS = 8, 128, 8, 4
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import ray
-from bench_sections import toy_overrides  # bench/ is this script's directory, first on sys.path
+from configs import toy_overrides  # bench/ is this script's directory, first on sys.path
 from omegaconf import OmegaConf
 from verl import DataProto as VerlDataProto
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup

@@ -1,6 +1,6 @@
 """Throughput, reset time and memory of the LIBERO backend through ``ProcessEnvManager``.
 
-    MUJOCO_GL=egl python packages/backend-libero/bench_libero.py [--num-envs 1 2] [--render last all]
+    MUJOCO_GL=egl python bench/libero_manager.py [--num-envs 1 2] [--render last all]
         [--chunk 8] [--chunks 5] [--size 128] [--suite libero_spatial]
 
 For each (num_envs, render) pair: start a manager (one shard process per env), reset

@@ -1,6 +1,6 @@
 """Env steps per second through envfleet against a direct Isaac Lab loop, same task, device and num_envs.
 
-    python packages/backend-isaac/bench_isaac.py [--num-envs 4] [--chunk 8] [--chunks 5] [--rounds 4]
+    python bench/isaac_vs_direct.py [--num-envs 4] [--chunk 8] [--chunks 5] [--rounds 4]
         [--device cpu] [--render last] [--size 64]
 
 Both run in the same invocation, alive side by side and measured in alternating rounds, so

@@ -1,0 +1,44 @@
+"""The `verl` section of `nox -s bench` (bench/run.py verl)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from common import ROOT, write
+
+
+def run() -> None:
+    """A step through verl's RayWorkerGroup against envfleet's own group, run in the venv of `nox -s tests-verl`."""
+    python = next(
+        (
+            p
+            for p in (os.environ.get("ENVFLEET_VERL_PYTHON", ""), os.path.join(ROOT, ".nox", "tests-verl", "bin", "python"))
+            if p and os.path.exists(p)
+        ),
+        None,
+    )
+    if python is None:
+        print("verl: no venv with verl (run `nox -s tests-verl` first, or set ENVFLEET_VERL_PYTHON), skipped")
+        return
+    out = subprocess.run([python, os.path.join(ROOT, "bench", "verl_group.py")], capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        print(f"verl: benchmark failed:\n{out.stderr[-3000:]}")
+        return
+    result = json.loads(out.stdout[out.stdout.index('{"rows"') :])
+    overlap = result["overlap"]
+    write(
+        "verl",
+        result["rows"],
+        [
+            "Target: a LIBERO step through verl's group costs at most 5% more than through envfleet's own group.",
+            "verl's group is RayWorkerGroup over envfleet_ray.verl.EnvWorker (verl 0.9.1, tensordict 0.10), built as verl's "
+            "trainer builds the Env role; a step is env_wg.env_interact_step(data).get().batch, through Ray's task path and "
+            "verl's DataProto pickling. envfleet's group takes the local lane (the worker runs on the driver's node).",
+            f"Two stages of one worker submitted together, against one stage alone ({overlap['case']}): "
+            f"{overlap['envfleet_two_stages_over_one']:.2f}x through envfleet's group, "
+            f"{overlap['verl_two_stages_over_one']:.2f}x through verl's (target: at most 1.2x).",
+        ],
+        {"overlap": overlap},
+    )
