@@ -49,8 +49,8 @@ def _as(value: Any, dtype: np.dtype[Any]) -> np.ndarray:
 def _batch_scheduling() -> None:
     # A simulator is a CPU-bound batch job: under SCHED_BATCH the kernel does not let a
     # shard that the manager just woke preempt the manager, which goes on sending to the
-    # other shards (measured: a call on 8 zero-cost shards on 2 cores, 1.1 -> 0.8 ms).
-    # Throughput is unchanged. ENVFLEET_SCHED_BATCH=0 turns it off.
+    # other shards. Throughput is unchanged; docs/benchmarks.md has the figures.
+    # ENVFLEET_SCHED_BATCH=0 turns it off.
     if os.environ.get("ENVFLEET_SCHED_BATCH", "1") != "0" and hasattr(os, "SCHED_BATCH"):
         try:
             os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))

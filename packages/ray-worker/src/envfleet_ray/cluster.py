@@ -41,8 +41,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, **kwargs: 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local only: no token file in ~/.ray
     # A step's DataProto (a few hundred KB with images) then travels straight from the
     # worker to the driver instead of through the object store, which costs the raylet
-    # and both ends CPU that the simulators need (measured: +7.7% -> +5.8% on an 80 ms
-    # step of 2 envs on 2 cores). Ray's default is 100 KiB.
+    # and both ends CPU that the simulators need (docs/benchmarks.md has the figures).
+    # Ray's default is 100 KiB.
     system_config = dict(kwargs.pop("_system_config", None) or {})
     system_config.setdefault("max_direct_call_object_size", DIRECT_CALL_BYTES)
     ray.init(

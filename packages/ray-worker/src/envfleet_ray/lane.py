@@ -1,7 +1,7 @@
 """The local lane: ``env_interact_step`` between a driver and an EnvWorker on the same node, without Ray's task path.
 
-A step of a small batch is dominated by Ray's own round trip to an actor (1 to 2.5 ms
-on a 2-core machine, against 0.4 ms for the step itself). When a worker runs on the
+A step of a small batch is dominated by Ray's own round trip to an actor, which costs
+several times the step itself (docs/benchmarks.md, "The Ray actor hop"). When a worker runs on the
 driver's node, :class:`~envfleet_ray.group.EnvWorkerGroup` opens a lane to it: a
 Unix socket per stage, served by a thread inside the actor that calls the worker's
 own ``env_interact_step``. Ray still creates, places, watches and restarts the
