@@ -67,6 +67,23 @@ class FaultReport:
             json.dump(data, fh, indent=2)
 
 
+def complete_step(out: DataProto, rows: int, chunk: int) -> bool:
+    """Whether a step's result holds every env's row and every sub-step, with finite rewards and an image per row.
+
+    A chunk counts as returned only then: a result that lost a worker's or a shard's rows,
+    or came back without images, is requested but not returned.
+    """
+    batch = out.batch
+    if batch is None or len(out) != rows:
+        return False
+    return (
+        tuple(batch["rews"].shape) == (rows, chunk)
+        and bool(batch["rews"].isfinite().all())
+        and tuple(batch["terminations"].shape) == tuple(batch["truncations"].shape) == (rows, chunk)
+        and batch["full_image"].shape[0] == rows
+    )
+
+
 def all_shard_pids(group: Any) -> list[int]:
     """Every shard process of every worker of the group."""
     pids = []
@@ -119,7 +136,7 @@ def rollout_with_faults(
             stalls.append(time.perf_counter() - t0)
             report.chunks_requested += 1
             report.env_steps_requested += W * N * chunk
-            report.chunks_returned += 1
+            report.chunks_returned += int(complete_step(out, W * N, chunk))
             report.env_steps_returned += int(out.batch["rews"].numel())
             restarted = out.batch["sim_restarted"].numpy().astype(bool)
             if restarted.any():

@@ -18,7 +18,7 @@ from envfleet.plugins import list_backends
 from envfleet_ray import init_ray
 from envfleet_ray.group import EnvWorkerGroup
 
-from .harness import CHAOS, FaultReport, scale, segments_of
+from .harness import CHAOS, FaultReport, complete_step, scale, segments_of
 
 
 def rss_kb(pid: int) -> int:
@@ -56,7 +56,7 @@ def soak(overrides: list[str], chunks: int, name: str) -> FaultReport:
             actions = (rng.uniform(-1, 1, (N, chunk, 7)) * 0.5).astype(np.float32)
             out = group.env_interact_step(DataProto.from_dict(non_tensors={"actions": actions}, meta_info={"stage_id": s})).get()
             report.chunks_requested += 1
-            report.chunks_returned += 1
+            report.chunks_returned += int(complete_step(out, N, chunk))
             report.env_steps_requested += N * chunk
             report.env_steps_returned += int(out.batch["rews"].numel())
             done[s] = (out.batch["terminations"][:, -1] | out.batch["truncations"][:, -1]).numpy()
