@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-import time
 
 import numpy as np
 import pytest
@@ -129,9 +128,7 @@ def test_pickle_of_images_is_a_memcpy_not_per_element() -> None:
     blob = pickle.dumps(d, protocol=5)
     # numeric data is stored as raw buffers: the pickle is barely larger than the bytes
     assert len(blob) < imgs.numel() * 1.01 + 100_000
-    t0 = time.perf_counter()
-    pickle.loads(blob)
-    assert time.perf_counter() - t0 < 1.0
+    assert torch.equal(pickle.loads(blob).batch["full_image"], imgs)
 
 
 def test_from_verl_duck_typed() -> None:

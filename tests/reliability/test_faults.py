@@ -99,7 +99,9 @@ def test_sigstop_hang_recovered_through_deadline(local_ray) -> None:
     finish(group, report, before)
     assert report.faults_injected == hangs
     assert report.faults_recovered == hangs
-    assert 2.9 < report.longest_stall_s < 30
+    # At least the deadline, and cut by it: nothing else would end the call (a restart's own
+    # deadline is the start's, 300 s), so the bound only has to stay well below that.
+    assert 2.9 < report.longest_stall_s < 120
     assert report.env_steps_returned == report.env_steps_requested
     assert report.leaked_processes == 0 and report.leaked_segments == 0
 
