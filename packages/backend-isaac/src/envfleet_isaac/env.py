@@ -129,7 +129,7 @@ class IsaacEnv(Env):
         self.num_envs = int(ctx.num_envs)
         self.action_dim = int(ctx.action_dim)
         self.task = task_name(cfg)
-        self.icfg = cfg.isaac
+        self.isaac_cfg = cfg.isaac
         self._spec = observation_spec(cfg, self.num_envs)
         self._cameras: dict[str, str] = {}
         full, wrist = camera_map(cfg)
@@ -170,7 +170,7 @@ class IsaacEnv(Env):
 
         from . import tasks  # noqa: F401  (registers the project's task ids)
 
-        for module in self.icfg.task_modules:
+        for module in self.isaac_cfg.task_modules:
             importlib.import_module(str(module))
         if self.task not in gym.registry:
             raise RuntimeError(
@@ -188,7 +188,7 @@ class IsaacEnv(Env):
         state = self._state_from(self._compute_obs())
         if state.shape[1] != self._spec["state"].shape[0]:
             raise RuntimeError(
-                f"task {self.task!r}: the state terms {list(self.icfg.state_terms)} have {state.shape[1]} values, but "
+                f"task {self.task!r}: the state terms {list(self.isaac_cfg.state_terms)} have {state.shape[1]} values, but "
                 f"train.isaac.state_dim (or the task's known size) says {self._spec['state'].shape[0]}"
             )
 
@@ -197,10 +197,10 @@ class IsaacEnv(Env):
         env_cfg.scene.num_envs = self.num_envs
         env_cfg.sim.device = self.device
         env_cfg.seed = derive_seed(self.seed, self.ctx.rank, self.ctx.stage_id, self.ctx.env_offset)
-        if self.icfg.physics_dt is not None:
-            env_cfg.sim.dt = float(self.icfg.physics_dt)
-        if self.icfg.decimation is not None:
-            env_cfg.decimation = int(self.icfg.decimation)
+        if self.isaac_cfg.physics_dt is not None:
+            env_cfg.sim.dt = float(self.isaac_cfg.physics_dt)
+        if self.isaac_cfg.decimation is not None:
+            env_cfg.decimation = int(self.isaac_cfg.decimation)
             # Isaac Lab warns when it would render less often than once per env step.
             env_cfg.sim.render_interval = min(int(env_cfg.sim.render_interval), env_cfg.decimation)
         # Lazy sensors render only when read; that is what makes `render: last` cheap.
@@ -213,7 +213,7 @@ class IsaacEnv(Env):
                     f"camera {name!r} (for {key}) is not a camera of task {self.task!r}'s scene config; "
                     "set train.isaac.full_image_camera / wrist_image_camera or train.init_params.camera_names"
                 )
-            if self.icfg.resize_cameras:
+            if self.isaac_cfg.resize_cameras:
                 cam_cfg.height, cam_cfg.width = h, w
             elif (int(cam_cfg.height), int(cam_cfg.width)) != (h, w):
                 raise self._camera_size_error(name, (int(cam_cfg.height), int(cam_cfg.width)))
@@ -248,16 +248,16 @@ class IsaacEnv(Env):
         task_dim = int(np.prod(env.single_action_space.shape))
         if task_dim != self.action_dim:
             raise self._action_size_error(task_dim)
-        name = self.icfg.success_term
+        name = self.isaac_cfg.success_term
         if name is not None and not self._has_termination_term(name) and not hasattr(env, name):
             raise RuntimeError(
                 f"train.isaac.success_term {name!r} is neither a method/attribute of task {self.task!r} nor a termination term"
             )
-        for buf in self.icfg.task_buffers:
+        for buf in self.isaac_cfg.task_buffers:
             value = getattr(env, str(buf), None)
             if not isinstance(value, torch.Tensor) or value.shape[:1] != (self.num_envs,):
                 raise RuntimeError(f"train.isaac.task_buffers: {buf!r} is not a tensor [num_envs, ...] attribute of task {self.task!r}")
-        self.task_description = str(self.icfg.task_description or getattr(env.cfg, "task_description", None) or self.task)
+        self.task_description = str(self.isaac_cfg.task_description or getattr(env.cfg, "task_description", None) or self.task)
 
     def _task_horizon(self) -> int:
         """The task's own episode length in env steps (used when train.max_episode_steps is null)."""
@@ -281,9 +281,9 @@ class IsaacEnv(Env):
         self.env._reset_idx = guarded
 
     def _build_bank(self) -> None:
-        size = int(self.icfg.state_bank_size)
+        size = int(self.isaac_cfg.state_bank_size)
         self._bank, self._bank_buffers = build_state_bank(
-            self.env, size, int(self.icfg.state_bank_seed), [str(b) for b in self.icfg.task_buffers], self._task_reset_idx
+            self.env, size, int(self.isaac_cfg.state_bank_seed), [str(b) for b in self.isaac_cfg.task_buffers], self._task_reset_idx
         )
         self._bank_size = size
         self.states = StateTable.contiguous(np.zeros(size, dtype=np.int64))  # one task: the task id's
@@ -446,7 +446,7 @@ class IsaacEnv(Env):
 
     def _success(self, terminated: torch.Tensor) -> np.ndarray:
         """Bool ``[n]`` on the host: the task's success signal after the last step."""
-        name = self.icfg.success_term
+        name = self.isaac_cfg.success_term
         value: Any = terminated
         if name is not None:
             if self._has_termination_term(name):
@@ -469,7 +469,7 @@ class IsaacEnv(Env):
         """``state`` float32 ``[n, D]`` (on the sim device) from the configured observation terms."""
         n = self.num_envs
         parts = []
-        for term in self.icfg.state_terms:
+        for term in self.isaac_cfg.state_terms:
             group, _, sub = str(term).partition(".")
             if group not in obs:
                 raise RuntimeError(
@@ -571,7 +571,7 @@ class IsaacEnv(Env):
         return [self.task_description if t >= 0 else "" for t in self.tracker.task_ids]
 
     def _saved_buffers(self) -> list[str]:
-        names = [str(b) for b in self.icfg.task_buffers]
+        names = [str(b) for b in self.isaac_cfg.task_buffers]
         if isinstance(getattr(self.env, "episode_length_buf", None), torch.Tensor):
             names.append("episode_length_buf")
         return names

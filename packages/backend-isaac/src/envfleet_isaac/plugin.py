@@ -24,7 +24,7 @@ from envfleet.plugins import BackendRegistry, BackendSpec, hookimpl
 __all__ = [
     "PUSHER_TASK",
     "KNOWN_TASKS",
-    "TaskInfo",
+    "KnownTask",
     "IsaacConfig",
     "task_name",
     "camera_map",
@@ -38,7 +38,7 @@ PUSHER_TASK = "Envfleet-Pusher-v0"
 
 
 @dataclass(frozen=True)
-class TaskInfo:
+class KnownTask:
     """What the parent process knows about a task without importing Isaac Lab."""
 
     state_dim: int  # size of the default state (the "policy" observation group)
@@ -47,8 +47,8 @@ class TaskInfo:
 
 
 #: Tasks registered by this package. A user's task needs ``train.isaac.state_dim`` instead.
-KNOWN_TASKS: dict[str, TaskInfo] = {
-    PUSHER_TASK: TaskInfo(state_dim=8, action_dim=2, cameras=("table_cam", "pusher_cam")),
+KNOWN_TASKS: dict[str, KnownTask] = {
+    PUSHER_TASK: KnownTask(state_dim=8, action_dim=2, cameras=("table_cam", "pusher_cam")),
 }
 
 

@@ -213,7 +213,7 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _check_keys(data: Any, schema: type, prefix: str) -> None:
+def _reject_unknown_keys(data: Any, schema: type, prefix: str) -> None:
     """Unknown keys anywhere under ``data`` -> ConfigError with the dotted key and a suggestion."""
     if not isinstance(data, (Mapping, DictConfig)):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__} {data!r}")
@@ -229,13 +229,13 @@ def _check_keys(data: Any, schema: type, prefix: str) -> None:
             if dataclasses.is_dataclass(candidate):
                 value = data[key]
                 if value is not None:
-                    _check_keys(value, candidate, f"{prefix}{key}.")  # type: ignore[arg-type]
+                    _reject_unknown_keys(value, candidate, f"{prefix}{key}.")  # type: ignore[arg-type]
                 break
 
 
 def _merge(schema: type, prefix: str, *layers: Any) -> DictConfig:
     for layer in layers:
-        _check_keys(layer, schema, prefix)
+        _reject_unknown_keys(layer, schema, prefix)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), *layers)
     except OmegaConfBaseException as exc:
@@ -392,7 +392,7 @@ def load_config(
         raise ConfigError(f"cannot merge config: {exc}") from None
     assert isinstance(user, DictConfig)
     top = {k: v for k, v in user.items() if k not in ("train", "val")}
-    _check_keys(top, EnvFleetConfig, "")
+    _reject_unknown_keys(top, EnvFleetConfig, "")
     rest = _merge(EnvFleetConfig, "", top)
     if "train" not in user:
         raise ConfigError("config section 'train' is required (at least train.simulator_type)")

@@ -527,14 +527,14 @@ class DataProto:
                 if wanted:
                     raise DataProtoKeyError(f"batch has no key(s) {wanted}: this DataProto has no tensors")
             else:
-                batch = batch.select(*_check_keys("batch", wanted, _keys(batch)))
+                batch = batch.select(*_require_keys("batch", wanted, _keys(batch)))
         non_tensor = self.non_tensor_batch
         if non_tensor_batch_keys is not None:
-            keys = _check_keys("non_tensor_batch", non_tensor_batch_keys, list(non_tensor))
+            keys = _require_keys("non_tensor_batch", non_tensor_batch_keys, list(non_tensor))
             non_tensor = {k: non_tensor[k] for k in keys}
         meta = self.meta_info
         if meta_info_keys is not None:
-            keys = _check_keys("meta_info", meta_info_keys, list(meta))
+            keys = _require_keys("meta_info", meta_info_keys, list(meta))
             meta = {k: meta[k] for k in keys}
         if deepcopy:
             return self._like(batch, copy.deepcopy(dict(non_tensor)), copy.deepcopy(dict(meta)))
@@ -554,12 +554,12 @@ class DataProto:
         if batch_keys:
             if self.batch is None:
                 raise DataProtoKeyError(f"cannot pop batch keys {batch_keys}: this DataProto has no tensors")
-            for key in _check_keys("batch", batch_keys, _keys(self.batch)):
+            for key in _require_keys("batch", batch_keys, _keys(self.batch)):
                 tensors[key] = self.batch.pop(key)  # type: ignore[assignment]
         non_tensors = {
-            k: self.non_tensor_batch.pop(k) for k in _check_keys("non_tensor_batch", non_tensor_batch_keys, list(self.non_tensor_batch))
+            k: self.non_tensor_batch.pop(k) for k in _require_keys("non_tensor_batch", non_tensor_batch_keys, list(self.non_tensor_batch))
         }
-        meta = {k: self.meta_info.pop(k) for k in _check_keys("meta_info", meta_info_keys, list(self.meta_info))}
+        meta = {k: self.meta_info.pop(k) for k in _require_keys("meta_info", meta_info_keys, list(self.meta_info))}
         return type(self).from_dict(tensors, non_tensors, meta)
 
     def rename(self: _D, old_keys: str | Sequence[str] | None = None, new_keys: str | Sequence[str] | None = None) -> _D:
@@ -576,7 +576,7 @@ class DataProto:
         if batch is None:
             raise DataProtoKeyError(f"rename: batch has no key(s) {old}: this DataProto has no tensors")
         have = _keys(batch)
-        _check_keys("batch", old, have)
+        _require_keys("batch", old, have)
         if len(set(new)) != len(new):
             raise DataProtoError(f"rename: new_keys {new} name a key twice")
         taken = sorted(set(new) & (set(have) - set(old)))
@@ -736,7 +736,7 @@ class DataProto:
         split = list(split_keys or [])
         batch = self.batch
         have = (_keys(batch) if batch is not None else []) + list(self.non_tensor_batch)
-        _check_keys("unfold_column_chunks split_keys", split, have)
+        _require_keys("unfold_column_chunks split_keys", split, have)
 
         def unfold(key: str, value: Any) -> Any:
             if key not in split:
@@ -899,7 +899,7 @@ def _key_list(name: str, keys: str | Sequence[str] | None) -> list[str]:
     raise TypeError(f"{name} must be a list or a string, got {type(keys).__name__}")
 
 
-def _check_keys(kind: str, wanted: Iterable[str], have: list[str]) -> list[str]:
+def _require_keys(kind: str, wanted: Iterable[str], have: list[str]) -> list[str]:
     wanted = list(wanted)
     missing = [k for k in wanted if k not in have]
     if missing:

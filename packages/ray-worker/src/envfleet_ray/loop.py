@@ -70,9 +70,9 @@ class EnvLoop:
         self.group = group
         self.policy = policy
         self.on_progress = on_progress
-        self.S = group.stage_num
-        self.W = group.num_workers
-        self.N = group.num_envs
+        self.stage_num = group.stage_num
+        self.num_workers = group.num_workers
+        self.num_envs = group.num_envs
         self.chunk = int(group.cfg.actor.model.num_action_chunks)
         self.action_dim = int(group.cfg.actor.model.action_dim)
         self.auto_reset = bool(group.cfg.train.auto_reset)
@@ -82,8 +82,15 @@ class EnvLoop:
         self._cursor = 0
         # Rows of stage s in a reset result (worker-major, stage-major within a worker).
         self._stage_rows = [
-            np.concatenate([np.arange(r * self.S * self.N + s * self.N, r * self.S * self.N + (s + 1) * self.N) for r in range(self.W)])
-            for s in range(self.S)
+            np.concatenate(
+                [
+                    np.arange(
+                        r * self.stage_num * self.num_envs + s * self.num_envs, r * self.stage_num * self.num_envs + (s + 1) * self.num_envs
+                    )
+                    for r in range(self.num_workers)
+                ]
+            )
+            for s in range(self.stage_num)
         ]
 
     def _next_ids(self, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -93,7 +100,7 @@ class EnvLoop:
 
     def reset(self) -> list[DataProto]:
         """Reset every env of every stage to the next state ids; return each stage's observations."""
-        ids, tasks = self._next_ids(self.W * self.S * self.N)
+        ids, tasks = self._next_ids(self.num_workers * self.stage_num * self.num_envs)
         out = self.group.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": ids, "task_ids": tasks})).get()
         return [out.select_idxs(rows) for rows in self._stage_rows]
 
@@ -122,11 +129,11 @@ class EnvLoop:
         obs = self.reset()
         stats.resets += 1
         stats.first_reset_s = time.perf_counter() - t_start
-        done = [np.zeros(self.W * self.N, dtype=bool) for _ in range(self.S)]
+        done = [np.zeros(self.num_workers * self.num_envs, dtype=bool) for _ in range(self.stage_num)]
         pending: dict[int, GroupFuture] = {}
         for it in range(num_chunks):
             t_cycle = time.perf_counter()
-            for s in range(self.S):
+            for s in range(self.stage_num):
                 if s in pending:
                     self._collect(s, pending, obs, done, stats)
                 if s == 0 and it > 0 and not self.auto_reset and done[0].all():
@@ -137,7 +144,7 @@ class EnvLoop:
                     if all(d.all() for d in done):
                         obs = self.reset()
                         stats.resets += 1
-                        done = [np.zeros(self.W * self.N, dtype=bool) for _ in range(self.S)]
+                        done = [np.zeros(self.num_workers * self.num_envs, dtype=bool) for _ in range(self.stage_num)]
                 pending[s] = self._act(obs[s], s, stats)
             stats.chunks_per_stage += 1
             stats.cycle_s.append(time.perf_counter() - t_cycle)
@@ -172,4 +179,4 @@ class EnvLoop:
 
     def describe(self) -> dict[str, Any]:
         """The loop's shape, for summaries."""
-        return {"workers": self.W, "stages": self.S, "num_envs": self.N, "chunk": self.chunk}
+        return {"workers": self.num_workers, "stages": self.stage_num, "num_envs": self.num_envs, "chunk": self.chunk}
