@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from envfleet.env import ChunkStepResult, Env, EnvContext, ObservationSpec, ResetResult
-from envfleet.episodes import EpisodeTracker, StateCycle
+from envfleet.batched_env import BatchedEnv
+from envfleet.env import ChunkStepResult, EnvContext, ObservationSpec, ResetResult
 from envfleet.validation import StateTable, check_actions, check_reset_ids
 
 from .launch import SimulationRuntime
@@ -115,7 +115,7 @@ def load_env_cfg(task: str) -> Any:
     return parse_env_cfg(task)
 
 
-class IsaacEnv(Env):
+class IsaacEnv(BatchedEnv):
     """The ``isaac`` backend's :class:`~envfleet.env.Env`: ``ctx.num_envs`` envs of one Isaac Lab task.
 
     :param cfg: the env section (``train`` or ``val``) with ``cfg.isaac`` (see :class:`~envfleet_isaac.plugin.IsaacConfig`).
@@ -145,9 +145,8 @@ class IsaacEnv(Env):
         self.env: Any = None
         self._stepping = False
         self.intercepted_resets = 0  # how many resets Isaac Lab asked for inside step() (and did not do)
-        self.obs: dict[str, np.ndarray] = {k: np.zeros((self.num_envs, *s.shape), dtype=s.dtype) for k, s in self._spec.items()}
+        self.init_observations(self._spec)
         self._obs_t = {k: torch.from_numpy(v) for k, v in self.obs.items()}
-        self._bound = False
         self._held_mask = np.zeros(self.num_envs, dtype=bool)
         self._held_state: State | None = None
         try:
@@ -155,13 +154,7 @@ class IsaacEnv(Env):
         except BaseException:
             self.close()
             raise
-        max_steps = cfg.max_episode_steps or self._task_horizon()
-        self.tracker = EpisodeTracker(self.num_envs, max_steps, cfg.reward_coef, cfg.ignore_terminations)
-        self.cycle = (
-            StateCycle(self.get_all_state_ids(), cfg.seed, ctx.rank, ctx.stage_id, ctx.env_offset + np.arange(self.num_envs))
-            if cfg.auto_reset
-            else None
-        )
+        self.init_episodes(cfg, ctx, cfg.max_episode_steps or self._task_horizon())
 
     # ------------------------------------------------------------------ building
     def _build(self, cfg: Any) -> None:
@@ -309,7 +302,7 @@ class IsaacEnv(Env):
         self.env.seed(derive_seed(self.seed, self.ctx.rank, self.ctx.stage_id, self.ctx.env_offset, *state_ids.tolist()))
         self._write_rows(None, self._state_from(self._compute_obs()), self._read_cameras())
         return ResetResult(
-            obs=self._out(),
+            obs=self.observations(),
             task_descriptions=self._descriptions(),
             infos={"state_id": state_ids.copy(), "task_id": np.zeros(n, dtype=np.int64)},
         )
@@ -372,15 +365,12 @@ class IsaacEnv(Env):
             self._write_rows(None if touched.all() else np.nonzero(touched)[0], state, images)
         if self.cycle is not None and flags.ended.any():
             self._auto_reset(np.nonzero(flags.ended)[0], flags.infos)
-        return flags.to_result(self._out(), self._descriptions())
+        return flags.to_result(self.observations(), self._descriptions())
 
     def bind_observation_buffers(self, buffers: dict[str, np.ndarray]) -> bool:
         # Observations are copied from the simulator straight into the manager's shared memory.
-        for key, value in self.obs.items():
-            buffers[key][...] = value
-        self.obs = buffers
+        super().bind_observation_buffers(buffers)
         self._obs_t = {k: torch.from_numpy(v) for k, v in buffers.items()}
-        self._bound = True
         return True
 
     def get_state(self) -> Any:
@@ -389,12 +379,10 @@ class IsaacEnv(Env):
         env = self.env
         cpu: Callable[[torch.Tensor], np.ndarray] = lambda x: x.detach().cpu().numpy().copy()  # noqa: E731
         return {
+            **self.episode_state(),
             "scene": _map(env.scene.get_state(is_relative=False), cpu),
             "held_state": None if self._held_state is None else _map(self._held_state, cpu),
             "held_mask": self._held_mask.copy(),
-            "tracker": self.tracker.get_state(),
-            "cycle": None if self.cycle is None else self.cycle.get_state(),
-            "obs": {k: v.copy() for k, v in self.obs.items()},
             "buffers": {name: cpu(getattr(env, name)) for name in self._saved_buffers()},
             "counters": {name: int(getattr(env, name)) for name in ("common_step_counter", "_sim_step_counter") if hasattr(env, name)},
             "rng": {"torch": torch.get_rng_state().numpy(), "numpy": np.random.get_state(), "python": random.getstate()},
@@ -413,11 +401,7 @@ class IsaacEnv(Env):
         env.scene.update(dt=0.0)
         self._held_state = None if state["held_state"] is None else _map(state["held_state"], to_dev)
         self._held_mask = np.array(state["held_mask"], dtype=bool)
-        self.tracker.load_state(state["tracker"])
-        if self.cycle is not None and state["cycle"] is not None:
-            self.cycle.load_state(state["cycle"])
-        for key, value in state["obs"].items():
-            self.obs[key][...] = value
+        self.load_episode_state(state)
         torch.set_rng_state(torch.from_numpy(np.asarray(state["rng"]["torch"])))
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
@@ -535,8 +519,7 @@ class IsaacEnv(Env):
         self.env.scene.reset_to(_map(self._held_state, lambda t: t[rows]), ids, is_relative=False)
 
     def _auto_reset(self, idx: np.ndarray, infos: dict[str, np.ndarray]) -> None:
-        assert self.cycle is not None
-        sids = np.array([self.cycle.next(int(i)) for i in idx], dtype=np.int64)
+        sids = self.next_state_ids(idx)
         self._restore_bank(idx, sids)
         self.tracker.begin(idx, sids, np.zeros(len(idx), dtype=np.int64))
         self._held_mask[idx] = False
@@ -563,12 +546,8 @@ class IsaacEnv(Env):
             else:
                 self._obs_t[key][torch.as_tensor(rows)] = src[torch.as_tensor(rows, device=src.device)].cpu()
 
-    def _out(self) -> dict[str, np.ndarray]:
-        # Bound to shared memory, the arrays themselves are the result (the shard reads them there).
-        return dict(self.obs) if self._bound else {k: v.copy() for k, v in self.obs.items()}
-
     def _descriptions(self) -> list[str]:
-        return [self.task_description if t >= 0 else "" for t in self.tracker.task_ids]
+        return self.descriptions(lambda task: self.task_description)
 
     def _saved_buffers(self) -> list[str]:
         names = [str(b) for b in self.isaac_cfg.task_buffers]

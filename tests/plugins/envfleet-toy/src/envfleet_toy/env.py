@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from envfleet.env import ArraySpec, ChunkStepResult, Env, EnvContext, ObservationSpec, ResetResult
-from envfleet.episodes import EpisodeTracker, StateCycle
+from envfleet.batched_env import BatchedEnv
+from envfleet.env import ArraySpec, ChunkStepResult, EnvContext, ObservationSpec, ResetResult
 from envfleet.validation import StateTable, check_actions, check_reset_ids
 
 from .plugin import observation_spec
@@ -35,7 +35,7 @@ SPEED = 0.05
 DEFAULT_MAX_EPISODE_STEPS = 50
 
 
-class ToyEnv(Env):
+class ToyEnv(BatchedEnv):
     """The toy backend's :class:`~envfleet.env.Env`. See the module doc."""
 
     supports_state = True
@@ -61,16 +61,10 @@ class ToyEnv(Env):
         self._spec = observation_spec(cfg, self.num_envs)
         h, w = self._spec["full_image"].shape[:2]
         self._h, self._w = h, w
-        max_steps = cfg.max_episode_steps or DEFAULT_MAX_EPISODE_STEPS
-        self.tracker = EpisodeTracker(self.num_envs, max_steps, cfg.reward_coef, cfg.ignore_terminations)
-        self.cycle = (
-            StateCycle(self.get_all_state_ids(), cfg.seed, ctx.rank, ctx.stage_id, ctx.env_offset + np.arange(self.num_envs))
-            if cfg.auto_reset
-            else None
-        )
+        self.init_episodes(cfg, ctx, cfg.max_episode_steps or DEFAULT_MAX_EPISODE_STEPS)
         self.pos = np.zeros((self.num_envs, 2))
         self.goal = np.zeros((self.num_envs, 2))
-        self.obs = {k: np.zeros((self.num_envs, *s.shape), dtype=s.dtype) for k, s in self._spec.items()}
+        self.init_observations(self._spec)
         self._chunks = 0
         # The background and goal stamp are drawn once; a render is two slice writes.
         yy = np.arange(h)[:, None]
@@ -82,7 +76,6 @@ class ToyEnv(Env):
         self._r = r
         self._box_r = max(r, 1) - 1  # the point is a filled square of side 2 * _box_r + 1
         self._closed = False
-        self._bound = False
 
     # ------------------------------------------------------------------ protocol
     def observation_spec(self) -> ObservationSpec:
@@ -144,39 +137,19 @@ class ToyEnv(Env):
         flags = t.end_chunk()
         if self.cycle is not None and flags.ended.any():
             reset = np.nonzero(flags.ended)[0]
-            for i in reset:
-                sid = self.cycle.next(int(i))
-                self._reset_one(int(i), sid)
+            for i, sid in zip(reset.tolist(), self.next_state_ids(reset).tolist()):
+                self._reset_one(i, sid)
                 flags.infos["reset_state_id"][i] = sid
             self._render(reset)
         return flags.to_result(self._copy_obs(), self._descriptions())
 
-    def bind_observation_buffers(self, buffers: dict[str, np.ndarray]) -> bool:
-        # Draw straight into the manager's shared memory: no copy per step.
-        for key, value in self.obs.items():
-            buffers[key][...] = value
-        self.obs = buffers
-        self._bound = True
-        return True
-
     def get_state(self) -> Any:
-        return {
-            "pos": self.pos.copy(),
-            "goal": self.goal.copy(),
-            "tracker": self.tracker.get_state(),
-            "cycle": None if self.cycle is None else self.cycle.get_state(),
-            "obs": {k: v.copy() for k, v in self.obs.items()},
-            "chunks": self._chunks,
-        }
+        return {**self.episode_state(), "pos": self.pos.copy(), "goal": self.goal.copy(), "chunks": self._chunks}
 
     def load_state(self, state: Any) -> None:
         self.pos = state["pos"].copy()
         self.goal = state["goal"].copy()
-        self.tracker.load_state(state["tracker"])
-        if self.cycle is not None and state["cycle"] is not None:
-            self.cycle.load_state(state["cycle"])
-        for key, value in state["obs"].items():
-            self.obs[key][...] = value
+        self.load_episode_state(state)
         self._chunks = int(state["chunks"])
 
     def close(self) -> None:
@@ -206,7 +179,7 @@ class ToyEnv(Env):
         self.tracker.begin(np.array([i]), np.array([sid]), np.array([sid // self.states_per_task]), np.array([solved]))
 
     def _descriptions(self) -> list[str]:
-        return [self.task_description(int(t)) if t >= 0 else "" for t in self.tracker.task_ids]
+        return self.descriptions(self.task_description)
 
     def _to_px(self, x: float, y: float, cx: float, cy: float, scale: float) -> tuple[int, int]:
         col = int(round(((x - cx) * scale + 1) * 0.5 * (self._w - 1)))
@@ -256,8 +229,7 @@ class ToyEnv(Env):
             for key in ("full_image", "wrist_image"):
                 if key in self.obs:
                     self.obs[key][...] = 0
-        # Bound to shared memory, the arrays themselves are the result (the shard reads them there).
-        return dict(self.obs) if self._bound else {k: v.copy() for k, v in self.obs.items()}
+        return self.observations()
 
 
 def _busy_wait(seconds: float) -> None:
