@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import importlib
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -43,76 +43,13 @@ from envfleet.validation import StateTable, check_actions, check_reset_ids
 
 from .launch import SimulationRuntime
 from .plugin import camera_map, observation_spec, task_name
+from .state_bank import POSITION_QUANTUM, build_state_bank, derive_seed
+from .task_config import load_env_cfg
+from .tensors import State, as_torch, assign_rows, map_arrays
 
+# build_state_bank, derive_seed, load_env_cfg and POSITION_QUANTUM live in state_bank.py and
+# task_config.py; they stay importable from here.
 __all__ = ["IsaacEnv", "build_state_bank", "derive_seed", "load_env_cfg", "POSITION_QUANTUM"]
-
-#: Bank positions are multiples of this (metres): exact under + / - of env origins that are
-#: multiples of it too (e.g. an env spacing of 1.5 m), for worlds smaller than 256 m.
-POSITION_QUANTUM = 2.0**-16
-
-State = dict[str, Any]  # scene.get_state()'s nested dict of tensors
-
-
-def derive_seed(*parts: int) -> int:
-    """A 31-bit seed from integers (order matters), for torch, numpy and Warp alike."""
-    words = [int(p) & 0xFFFFFFFF for p in parts]
-    return int(np.random.SeedSequence(words).generate_state(1, dtype=np.uint32)[0]) & 0x7FFFFFFF
-
-
-def _map(tree: Any, fn: Callable[[Any], Any]) -> Any:
-    """Apply ``fn`` to every array (tensor or numpy) of a nested dict (scene states)."""
-    if isinstance(tree, dict):
-        return {k: _map(v, fn) for k, v in tree.items()}
-    if isinstance(tree, (torch.Tensor, np.ndarray)):
-        return fn(tree)
-    return tree
-
-
-def _zip_assign(dst: Any, src: Any, rows: torch.Tensor) -> None:
-    """``dst[rows] = src[rows]`` for every tensor of two nested dicts of the same shape."""
-    if isinstance(dst, dict):
-        for key in dst:
-            _zip_assign(dst[key], src[key], rows)
-    elif isinstance(dst, torch.Tensor):
-        dst[rows] = src[rows]
-
-
-def _as_torch(value: Any) -> torch.Tensor:
-    """A torch view of a tensor, an Isaac Lab 3 ``ProxyArray`` or a Warp array."""
-    if isinstance(value, torch.Tensor):
-        return value
-    view = getattr(value, "torch", None)
-    if isinstance(view, torch.Tensor):
-        return view
-    import warp as wp
-
-    return wp.to_torch(value)
-
-
-def load_env_cfg(task: str) -> Any:
-    """A fresh env config instance for a registered task id.
-
-    Reads the ``env_cfg_entry_point`` the task registered (``"module:Class"``, a class,
-    a callable or an instance). Anything else (a YAML path) goes through
-    ``isaaclab_tasks.utils.parse_env_cfg``, which imports every stock task (seconds).
-    """
-    import copy
-
-    import gymnasium as gym
-
-    entry = gym.spec(task).kwargs.get("env_cfg_entry_point")
-    if entry is None:
-        raise RuntimeError(f"task {task!r} registers no 'env_cfg_entry_point' in its gymnasium kwargs; Isaac Lab tasks do")
-    if isinstance(entry, str) and ":" in entry and not entry.endswith((".yaml", ".yml")):
-        module_name, _, attr = entry.partition(":")
-        entry = getattr(importlib.import_module(module_name), attr)
-    if isinstance(entry, type) or callable(entry):
-        return entry()
-    if not isinstance(entry, str):
-        return copy.deepcopy(entry)
-    from isaaclab_tasks.utils import parse_env_cfg
-
-    return parse_env_cfg(task)
 
 
 class IsaacEnv(BatchedEnv):
@@ -380,8 +317,8 @@ class IsaacEnv(BatchedEnv):
         cpu: Callable[[torch.Tensor], np.ndarray] = lambda x: x.detach().cpu().numpy().copy()  # noqa: E731
         return {
             **self.episode_state(),
-            "scene": _map(env.scene.get_state(is_relative=False), cpu),
-            "held_state": None if self._held_state is None else _map(self._held_state, cpu),
+            "scene": map_arrays(env.scene.get_state(is_relative=False), cpu),
+            "held_state": None if self._held_state is None else map_arrays(self._held_state, cpu),
             "held_mask": self._held_mask.copy(),
             "buffers": {name: cpu(getattr(env, name)) for name in self._saved_buffers()},
             "counters": {name: int(getattr(env, name)) for name in ("common_step_counter", "_sim_step_counter") if hasattr(env, name)},
@@ -392,14 +329,14 @@ class IsaacEnv(BatchedEnv):
         env = self.env
         device = env.device
         to_dev: Callable[[np.ndarray], torch.Tensor] = lambda x: torch.from_numpy(np.asarray(x)).to(device)  # noqa: E731
-        env.scene.reset_to(_map(state["scene"], to_dev), None, is_relative=False)
+        env.scene.reset_to(map_arrays(state["scene"], to_dev), None, is_relative=False)
         for name, value in state["buffers"].items():
             getattr(env, name)[...] = to_dev(value)
         for name, value in state["counters"].items():
             setattr(env, name, value)
         env.sim.forward()
         env.scene.update(dt=0.0)
-        self._held_state = None if state["held_state"] is None else _map(state["held_state"], to_dev)
+        self._held_state = None if state["held_state"] is None else map_arrays(state["held_state"], to_dev)
         self._held_mask = np.array(state["held_mask"], dtype=bool)
         self.load_episode_state(state)
         torch.set_rng_state(torch.from_numpy(np.asarray(state["rng"]["torch"])))
@@ -438,7 +375,7 @@ class IsaacEnv(BatchedEnv):
             else:
                 attr = getattr(self.env, name)
                 value = attr() if callable(attr) else attr
-        return _as_torch(value).reshape(self.num_envs).to(torch.bool).cpu().numpy().copy()
+        return as_torch(value).reshape(self.num_envs).to(torch.bool).cpu().numpy().copy()
 
     def _compute_obs(self) -> Any:
         """The task's observations for the current scene (without stepping)."""
@@ -465,9 +402,9 @@ class IsaacEnv(BatchedEnv):
                     raise RuntimeError(f"train.isaac.state_terms: group {group!r} of task {self.task!r} has no term {sub!r}")
                 value = value[sub]
             if isinstance(value, dict):
-                parts += [_as_torch(v).reshape(n, -1) for v in value.values()]
+                parts += [as_torch(v).reshape(n, -1) for v in value.values()]
             else:
-                parts.append(_as_torch(value).reshape(n, -1))
+                parts.append(as_torch(value).reshape(n, -1))
         return torch.cat(parts, dim=-1).to(torch.float32)
 
     def _read_cameras(self) -> dict[str, torch.Tensor]:
@@ -475,7 +412,7 @@ class IsaacEnv(BatchedEnv):
         out = {}
         for key, name in self._cameras.items():
             output = self.env.scene.sensors[name].data.output
-            rgb = _as_torch(output["rgb"] if "rgb" in output else output["rgba"])[..., :3]
+            rgb = as_torch(output["rgb"] if "rgb" in output else output["rgba"])[..., :3]
             if rgb.dtype != torch.uint8:
                 rgb = (rgb.float().clamp(0.0, 1.0) * 255.0).round().to(torch.uint8)
             out[key] = rgb
@@ -488,7 +425,7 @@ class IsaacEnv(BatchedEnv):
         ids = torch.as_tensor(env_idx, dtype=torch.int32, device=device)
         sids = torch.as_tensor(state_ids, dtype=torch.long, device=device)
         env.scene.reset(ids)
-        env.scene.reset_to(_map(self._bank, lambda t: t[sids]), ids, is_relative=True)
+        env.scene.reset_to(map_arrays(self._bank, lambda t: t[sids]), ids, is_relative=True)
         rows = ids.long()
         for name, bank in self._bank_buffers.items():
             getattr(env, name)[rows] = bank[sids]
@@ -506,9 +443,9 @@ class IsaacEnv(BatchedEnv):
         """Remember the scene state of envs whose episode just ended (absolute, for the same env)."""
         current = self.env.scene.get_state(is_relative=False)
         if self._held_state is None:
-            self._held_state = _map(current, lambda t: t.clone())
+            self._held_state = map_arrays(current, lambda t: t.clone())
         else:
-            _zip_assign(self._held_state, current, torch.as_tensor(np.nonzero(newly)[0], device=self.env.device))
+            assign_rows(self._held_state, current, torch.as_tensor(np.nonzero(newly)[0], device=self.env.device))
         self._held_mask |= newly
 
     def _restore_held(self, held: np.ndarray) -> None:
@@ -516,7 +453,7 @@ class IsaacEnv(BatchedEnv):
         assert self._held_state is not None
         ids = torch.as_tensor(np.nonzero(held)[0], dtype=torch.int32, device=self.env.device)
         rows = ids.long()
-        self.env.scene.reset_to(_map(self._held_state, lambda t: t[rows]), ids, is_relative=False)
+        self.env.scene.reset_to(map_arrays(self._held_state, lambda t: t[rows]), ids, is_relative=False)
 
     def _auto_reset(self, idx: np.ndarray, infos: dict[str, np.ndarray]) -> None:
         sids = self.next_state_ids(idx)
@@ -554,55 +491,3 @@ class IsaacEnv(BatchedEnv):
         if isinstance(getattr(self.env, "episode_length_buf", None), torch.Tensor):
             names.append("episode_length_buf")
         return names
-
-
-def build_state_bank(
-    env: Any, size: int, seed: int, buffers: Sequence[str] = (), reset_idx: Callable[[torch.Tensor], Any] | None = None
-) -> tuple[State, dict[str, torch.Tensor]]:
-    """The bank of initial states: state id ``k`` is ``reset_idx`` (the task's ``_reset_idx``) of env 0 under a seed
-    derived from ``(seed, k)``, captured with ``scene.get_state(is_relative=True)``, positions on the
-    :data:`POSITION_QUANTUM` grid. Returns the scene states (a tensor ``[size, ...]`` per leaf) and the
-    ``buffers`` (env attributes) captured alongside."""
-    reset = reset_idx or env._reset_idx
-    env0 = torch.zeros(1, dtype=torch.int32, device=env.device)
-    rows: list[State] = []
-    captured: dict[str, list[torch.Tensor]] = {name: [] for name in buffers}
-    for k in range(size):
-        env.seed(derive_seed(seed, k))
-        reset(env0)
-        env.scene.write_data_to_sim()
-        env.sim.forward()
-        rows.append(_map(env.scene.get_state(is_relative=True), lambda t: t[0:1].clone()))
-        for name in captured:
-            captured[name].append(getattr(env, name)[0:1].clone())
-    bank: State = _stack(rows)
-    _quantize_positions(bank)
-    return bank, {name: torch.cat(parts) for name, parts in captured.items()}
-
-
-def _stack(rows: list[State]) -> State:
-    """Concatenate per-state captures into one bank (a tensor [bank_size, ...] per leaf)."""
-    first = rows[0]
-    if isinstance(first, dict):
-        return {k: _stack([r[k] for r in rows]) for k in first}
-    if isinstance(first, torch.Tensor):
-        return torch.cat(rows)
-    return first
-
-
-def _quantize_positions(bank: State) -> None:
-    """Round the env-relative positions of a bank to :data:`POSITION_QUANTUM` (in place)."""
-    q = POSITION_QUANTUM
-    for kind, key, whole in (
-        ("articulation", "root_pose", False),
-        ("rigid_object", "root_pose", False),
-        ("cable_object", "segment_pose", False),
-        ("deformable_object", "nodal_position", True),
-    ):
-        for entity in bank.get(kind, {}).values():
-            if isinstance(entity, dict) and key in entity:
-                t = entity[key]
-                if whole:
-                    t.copy_(torch.round(t / q) * q)
-                else:
-                    t[..., :3] = torch.round(t[..., :3] / q) * q
