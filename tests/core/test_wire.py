@@ -130,11 +130,11 @@ def test_recv_within_times_out_returns_ready_messages_and_reports_eof(pair) -> N
 
 
 def test_shard_obs_writer_copies_any_layout_and_checks_the_spec() -> None:
-    from envfleet.shard import _ObsWriter
-    from envfleet.shm import _byte_views
+    from envfleet.shard import ObsWriter
+    from envfleet.shm import byte_views
 
     buffers = {"img": np.zeros((2, 4, 4, 3), np.uint8), "state": np.zeros((2, 5), np.float32)}
-    writer = _ObsWriter(buffers, _byte_views(buffers))
+    writer = ObsWriter(buffers, byte_views(buffers))
     img = np.random.default_rng(0).integers(0, 255, (2, 4, 4, 3), dtype=np.uint8)
     state = np.asfortranarray(np.arange(10, dtype=np.float32).reshape(2, 5))  # not C-contiguous: numpy's copy
     writer.write({"img": img, "state": state})

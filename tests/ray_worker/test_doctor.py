@@ -159,14 +159,14 @@ FAKE_GPUS = [Gpu(i, f"GPU-{i}{i}{i}{i}-fake", f"fake GPU {i}") for i in range(2)
 
 
 def gpu_text(monkeypatch, egl: list[EglDevice], cvd: str | None) -> str:
-    from envfleet_ray.doctor import _gpu_findings
+    from envfleet_ray.doctor import gpu_findings
 
     if cvd is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", cvd)
     monkeypatch.delenv("MUJOCO_EGL_DEVICE_ID", raising=False)
-    return "\n".join(line for f in _gpu_findings(egl, FAKE_GPUS) for line in f.lines())
+    return "\n".join(line for f in gpu_findings(egl, FAKE_GPUS) for line in f.lines())
 
 
 def test_gpu_findings_when_egl_and_cuda_agree_fake_gpus(monkeypatch) -> None:

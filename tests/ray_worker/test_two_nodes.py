@@ -18,7 +18,7 @@ from .raytools import listening_sockets_of, ray_pids
 @pytest.fixture(scope="module")
 def two_nodes():
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    from ray._private import ray_constants
+    from ray._private import ray_constants  # noqa: PLC2701 (Ray has no public switch for it)
 
     ray_constants.ENABLE_RAY_CLUSTER = False
     from ray.cluster_utils import Cluster

@@ -72,7 +72,7 @@ def unregister(name: str) -> None:
 
 def _unlink(name: str) -> None:
     try:
-        import _posixshmem
+        import _posixshmem  # noqa: PLC2701 (the stdlib module SharedMemory itself uses)
 
         _posixshmem.shm_unlink("/" + name)
     except (FileNotFoundError, OSError):

@@ -26,7 +26,6 @@ Set ``ENVFLEET_DISABLE_PLUGIN_AUTOLOAD=1`` to skip entry points; tests then call
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import os
 import threading

@@ -73,7 +73,7 @@ def _check_own_spec(env: Any, buffers: dict[str, np.ndarray]) -> None:
         )
 
 
-class _ObsWriter:
+class ObsWriter:
     """Copies an env's observations into the shard's shared memory, checking them against the spec."""
 
     def __init__(self, buffers: dict[str, np.ndarray], views: dict[str, memoryview]) -> None:
@@ -81,6 +81,10 @@ class _ObsWriter:
         self.views = views  # the same memory as bytes (see envfleet.shm): a copy is a memcpy
 
     def write(self, obs: dict[str, np.ndarray]) -> None:
+        """Copy ``obs`` into shared memory (an array that is already there is left as it is).
+
+        :raises RuntimeError: the keys, shapes or dtypes are not the spec's.
+        """
         buffers = self.buffers
         if len(obs) != len(buffers) or not all(key in obs for key in buffers):
             raise RuntimeError(
@@ -106,7 +110,7 @@ class _Server:
         self.conn = conn
         self.env: Any = None
         self.mapping: Any = None
-        self.writer: _ObsWriter | None = None
+        self.writer: ObsWriter | None = None
         self.packer = ArrayPacker()
         self.sent_descriptions: list[str] | None = None
         # The commands a manager may send: nothing else of this object can be called from outside.
@@ -163,7 +167,7 @@ class _Server:
         if getattr(self.env, "num_envs", None) != ctx.num_envs:
             raise RuntimeError(f"the backend built {getattr(self.env, 'num_envs', None)} envs, {ctx.num_envs} were asked for")
         _check_own_spec(self.env, self.mapping.arrays)
-        self.writer = _ObsWriter(self.mapping.arrays, self.mapping.bytes)
+        self.writer = ObsWriter(self.mapping.arrays, self.mapping.bytes)
         bind = getattr(self.env, "bind_observation_buffers", None)
         if callable(bind):
             bind(self.mapping.arrays)  # the env may now write observations straight into shared memory

@@ -78,7 +78,7 @@ class ShmBlock:
         # If this process is killed before close(), the detached janitor unlinks the segment.
         janitor.register(self.name)
         self.arrays = layout.views(self._shm.buf)
-        self.bytes = _byte_views(self.arrays)
+        self.bytes = byte_views(self.arrays)
 
     def close(self) -> None:
         """Drop the mapping and unlink the segment. Safe to call twice."""
@@ -101,7 +101,8 @@ class ShmBlock:
         janitor.unregister(self.name)
 
 
-def _byte_views(arrays: dict[str, np.ndarray]) -> dict[str, memoryview]:
+def byte_views(arrays: dict[str, np.ndarray]) -> dict[str, memoryview]:
+    """Each (C-contiguous) array's memory as a flat byte view."""
     # The same memory as flat bytes: copies between byte views are a plain memcpy, far less
     # code than numpy's assignment, which matters when every call starts with cold caches
     # (nine processes on two cores). Used by the shard's writes and the manager's copies.
@@ -116,7 +117,7 @@ def _release(views: dict[str, memoryview]) -> None:
 
 class _ChildMapping:
     def __init__(self, name: str, layout: ShmLayout) -> None:
-        import _posixshmem  # the module SharedMemory itself uses
+        import _posixshmem  # noqa: PLC2701 (the module SharedMemory itself uses)
 
         fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
         try:
@@ -124,7 +125,7 @@ class _ChildMapping:
         finally:
             os.close(fd)
         self.arrays = layout.views(self._mmap)
-        self.bytes = _byte_views(self.arrays)
+        self.bytes = byte_views(self.arrays)
 
     def close(self) -> None:
         _release(self.bytes)

@@ -6,9 +6,17 @@ unless an address is given).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .batch import create_env_batch_dataproto, put_tensor_cpu
 from .cluster import init_ray
 from .worker import EnvWorker
+
+if TYPE_CHECKING:  # loaded on first use by __getattr__ below
+    from .futures import GroupFuture
+    from .group import EnvWorkerGroup
+    from .loop import EnvLoop
+    from .policies import load_policy
 
 __version__ = "0.1.0"
 

@@ -35,7 +35,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, **kwargs: 
     # at import time, so the already-imported constant is set too; Ray's own processes
     # inherit the environment variable.
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    from ray._private import ray_constants
+    from ray._private import ray_constants  # noqa: PLC2701 (Ray has no public switch for it)
 
     ray_constants.ENABLE_RAY_CLUSTER = False
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local only: no token file in ~/.ray

@@ -247,11 +247,11 @@ def _rendering_findings(names: list[str]) -> list[Finding]:
                 "install the NVIDIA driver's EGL library (libnvidia-gl, and libglvnd's libEGL_nvidia.so.0)",
             )
         )
-    findings.extend(_gpu_findings(egl.egl_devices, gpus))
+    findings.extend(gpu_findings(egl.egl_devices, gpus))
     return findings
 
 
-def _gpu_findings(egl_devices: Sequence[Any], gpus: Sequence[Any]) -> list[Finding]:
+def gpu_findings(egl_devices: Sequence[Any], gpus: Sequence[Any]) -> list[Finding]:
     """The EGL/CUDA mapping and where each rendering process renders, from device lists."""
     from envfleet.egl_cuda import plan_rendering, visible_cuda_devices
 
