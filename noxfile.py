@@ -105,10 +105,13 @@ def tests_metaworld(session: nox.Session) -> None:
 
 @nox.session(python=PY311)
 def lint(session: nox.Session) -> None:
-    """ruff."""
+    """ruff, and import-linter's contracts between the packages."""
     session.install("-r", "requirements/lint.txt")
     session.run("ruff", "check", "packages", "tests", "noxfile.py", "bench")
     session.run("ruff", "format", "--check", "packages", "tests", "noxfile.py", "bench")
+    # The import contracts of pyproject.toml, read from the sources (nothing is installed or imported).
+    sources = ["packages/core/src", "packages/ray-worker/src", "packages/backend-libero/src", "packages/backend-isaac/src"]
+    session.run("lint-imports", env={"PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sources)})
 
 
 @nox.session(python=PY311)
