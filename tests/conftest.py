@@ -58,3 +58,16 @@ def no_leaks():
         time.sleep(0.1)
     leaked = own_segments() - before_shm
     assert not leaked, f"leaked shared-memory segments: {sorted(leaked)}"
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray of 4 CPUs bound to 127.0.0.1 for the tests of one module, shut down after them."""
+    import ray
+
+    from envfleet_ray import init_ray
+
+    info = init_ray(num_cpus=4)
+    assert info["local"]
+    yield info
+    ray.shutdown()

@@ -8,12 +8,10 @@ import time
 
 import numpy as np
 import pytest
-import ray
 
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError, WorkerDiedError
-from envfleet_ray import init_ray
 from envfleet_ray.group import EnvWorkerGroup
 from envfleet_ray.loop import EnvLoop, interleaved_schedule
 from envfleet_ray.policies import load_policy
@@ -22,14 +20,6 @@ from ..conftest import pid_alive
 from .raytools import listening_sockets_of, ray_pids
 
 W, S, N, CHUNK = 2, 2, 2, 4
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    info = init_ray(num_cpus=4)
-    assert info["local"]
-    yield info
-    ray.shutdown()
 
 
 def cfg(**extra: object):

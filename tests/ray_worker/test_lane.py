@@ -14,7 +14,7 @@ from envfleet.errors import InvalidInputError
 from envfleet_ray.group import EnvWorkerGroup
 from envfleet_ray.lane import LaneClient, LaneClosed, LaneServer
 
-from .test_group_ray import CHUNK, N, S, cfg, local_ray  # noqa: F401  (local_ray is a fixture)
+from .test_group_ray import CHUNK, N, S, cfg
 
 
 # ---------------------------------------------------------------------- the lane on its own
@@ -157,7 +157,7 @@ def _step_data(stage: int, seed: int, rows: int) -> DataProto:
     return DataProto.from_dict(non_tensors={"actions": acts}, meta_info={"stage_id": stage})
 
 
-def test_lane_and_ray_paths_give_the_same_steps(local_ray) -> None:  # noqa: F811
+def test_lane_and_ray_paths_give_the_same_steps(local_ray) -> None:
     ids = np.arange(S * N)
     with EnvWorkerGroup(cfg(), num_workers=1) as laned, EnvWorkerGroup(cfg(), num_workers=1, local_lane=False) as plain:
         assert laned.lane_ranks == [0] and plain.lane_ranks == []
@@ -198,7 +198,7 @@ def test_lane_and_ray_paths_give_the_same_steps(local_ray) -> None:  # noqa: F81
         assert laned.env_interact_step(_step_data(0, 5, N)).get().batch["rews"].shape == (N, CHUNK)
 
 
-def test_workers_on_another_node_or_refusing_use_ray(local_ray, monkeypatch) -> None:  # noqa: F811
+def test_workers_on_another_node_or_refusing_use_ray(local_ray, monkeypatch) -> None:
     with EnvWorkerGroup(cfg(), num_workers=1) as g:
         info = g.node_info()[0]
         assert info["node_id"] == ray.get_runtime_context().get_node_id()
@@ -216,7 +216,7 @@ def test_workers_on_another_node_or_refusing_use_ray(local_ray, monkeypatch) -> 
 
 
 @pytest.mark.parametrize("local_lane", [True, False], ids=["lane", "ray-task-path"])
-def test_a_killed_worker_is_reported_on_either_path(local_ray, local_lane: bool) -> None:  # noqa: F811
+def test_a_killed_worker_is_reported_on_either_path(local_ray, local_lane: bool) -> None:
     import os
     import signal
 

@@ -11,25 +11,16 @@ import signal
 
 import numpy as np
 import pytest
-import ray
 
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.errors import EnvFleetSimulatorError, WorkerDiedError
-from envfleet_ray import init_ray
 from envfleet_ray.group import EnvWorkerGroup
 
 from ..conftest import pid_alive, shm_segments
 from .harness import FaultReport, all_shard_pids, check_leaks, kill_random_shard, rollout_with_faults, scale
 
 W, S, N, CHUNK = 2, 2, 2, 4
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    init_ray(num_cpus=4)
-    yield
-    ray.shutdown()
 
 
 def make_cfg(**extra: object):
