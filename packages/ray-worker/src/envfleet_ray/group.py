@@ -31,11 +31,10 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError, WorkerDiedError
-from envfleet.fingerprint import fingerprint
 
 from .futures import DEAD_WORKER_ERRORS, GroupFuture, WorkerCall, unwrap_task_error
 from .lane import LaneClient, LaneClosed
-from .metrics import merge_per_task
+from .metrics import merge_metrics
 from .worker import EnvWorker
 
 __all__ = ["EnvWorkerGroup", "GroupFuture"]  # GroupFuture: see envfleet_ray.futures
@@ -391,30 +390,3 @@ def concat_harmonized(parts: Sequence[DataProto]) -> DataProto:
             if k not in p.non_tensor_batch:
                 p.non_tensor_batch[k] = np.zeros((n, *ref.shape[1:]), dtype=ref.dtype)
     return DataProto.concat(parts)
-
-
-def _group_fingerprint(per_worker: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The group's fingerprint: the workers' protocol (all of them, if they differ) and every state id any used."""
-    protocols = [m["protocol"] for m in per_worker if "protocol" in m]
-    if not protocols:
-        return None
-    distinct = [p for i, p in enumerate(protocols) if p not in protocols[:i]]
-    parts = distinct[0] if len(distinct) == 1 else {"workers_differ": distinct}
-    return fingerprint(parts, (i for m in per_worker for i in m.get("state_ids_used", [])))
-
-
-def merge_metrics(per_worker: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Sum the workers' finish_rollout metrics into one."""
-    times = {k: sum(m["time"][k] for m in per_worker) for k in ("simulator_s", "transfer_s", "worker_s")}
-    return {
-        "per_task": merge_per_task(m["per_task"] for m in per_worker),
-        "episodes": sum(m["episodes"] for m in per_worker),
-        "successes": sum(m["successes"] for m in per_worker),
-        "env_steps": sum(m["env_steps"] for m in per_worker),
-        "sim_restarts": sum(m["sim_restarts"] for m in per_worker),
-        "restart_causes": [c for m in per_worker for c in m.get("restart_causes", [])],
-        "warnings": [f"worker {m['rank']}: {w}" for m in per_worker for w in m.get("warnings", [])],
-        "fingerprint": _group_fingerprint(per_worker),
-        "time": times,
-        "videos": [v for m in per_worker for v in m["videos"]],
-    }

@@ -1,4 +1,4 @@
-"""Per-task episode statistics: one type, filled by the worker and summed by the group.
+"""Per-task episode statistics: one type, filled by the worker and summed by the group, and the merge of the workers' metrics.
 
 For each task: ``episodes``; ``successes`` (success at any sub-step of the episode,
 ``success_once``) and ``success_rate``; ``successes_at_end`` (success at the episode's
@@ -15,13 +15,15 @@ success) the two success counts are equal; with ``ignore_terminations`` they dif
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["TaskStats", "EpisodeMetrics", "merge_per_task"]
+from envfleet.fingerprint import fingerprint
+
+__all__ = ["TaskStats", "EpisodeMetrics", "merge_per_task", "merge_metrics"]
 
 
 @dataclass
@@ -118,3 +120,30 @@ def merge_per_task(parts: Iterable[Mapping[Any, Mapping[str, Any]]]) -> dict[int
         for task, row in part.items():
             total.setdefault(int(task), TaskStats()).add(TaskStats.from_dict(row))
     return {task: stats.as_dict() for task, stats in sorted(total.items())}
+
+
+def _group_fingerprint(per_worker: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The group's fingerprint: the workers' protocol (all of them, if they differ) and every state id any used."""
+    protocols = [m["protocol"] for m in per_worker if "protocol" in m]
+    if not protocols:
+        return None
+    distinct = [p for i, p in enumerate(protocols) if p not in protocols[:i]]
+    parts = distinct[0] if len(distinct) == 1 else {"workers_differ": distinct}
+    return fingerprint(parts, (i for m in per_worker for i in m.get("state_ids_used", [])))
+
+
+def merge_metrics(per_worker: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Sum the workers' finish_rollout metrics into one."""
+    times = {k: sum(m["time"][k] for m in per_worker) for k in ("simulator_s", "transfer_s", "worker_s")}
+    return {
+        "per_task": merge_per_task(m["per_task"] for m in per_worker),
+        "episodes": sum(m["episodes"] for m in per_worker),
+        "successes": sum(m["successes"] for m in per_worker),
+        "env_steps": sum(m["env_steps"] for m in per_worker),
+        "sim_restarts": sum(m["sim_restarts"] for m in per_worker),
+        "restart_causes": [c for m in per_worker for c in m.get("restart_causes", [])],
+        "warnings": [f"worker {m['rank']}: {w}" for m in per_worker for w in m.get("warnings", [])],
+        "fingerprint": _group_fingerprint(per_worker),
+        "time": times,
+        "videos": [v for m in per_worker for v in m["videos"]],
+    }
