@@ -1,4 +1,4 @@
-"""nox sessions: tests, tests-verl, tests-isaac, tests-metaworld, lint, typecheck, demo, bench, chaos, docs.
+"""nox sessions: tests, tests-core, tests-verl, tests-isaac, tests-metaworld, lint, typecheck, demo, bench, chaos, docs.
 
 Every session installs from the pinned files in requirements/, so a fresh machine
 gets the same versions. System packages (EGL/OSMesa for rendering) come from
@@ -15,7 +15,7 @@ import nox
 
 nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["lint", "typecheck", "tests", "tests-verl", "tests-isaac", "tests-metaworld", "docs"]
+nox.options.sessions = ["lint", "typecheck", "tests", "tests-core", "tests-verl", "tests-isaac", "tests-metaworld", "docs"]
 
 PY311 = "3.11"
 
@@ -54,6 +54,18 @@ def tests(session: nox.Session) -> None:
     """Everything that runs on Python 3.11 (core, toy, ray-worker, LIBERO, reliability)."""
     _install_project(session)
     args = session.posargs or ["tests", "--ignore=tests/isaac", "--ignore=tests/verl"]
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
+
+
+@nox.session(name="tests-core", python=PY311)
+def tests_core(session: nox.Session) -> None:
+    """The core tests with core and the test plugins only (no backend, no ray-worker): core stands alone."""
+    session.install("-r", "requirements/py311.txt")
+    args = []
+    for path in ["packages/core", *TEST_PLUGINS]:
+        args += ["-e", path]
+    session.install("--no-deps", *args)
+    args = session.posargs or ["tests/core"]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
 
 
