@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from envfleet.wire import ArrayPacker, Channel, layout_of
+from envfleet.wire import ArrayPacker, Channel, layout_of, split_reply
 
 
 @pytest.fixture
@@ -59,6 +59,15 @@ def test_packer_sends_the_layout_only_when_it_changes() -> None:
     assert layout is layout_of(fields, 2)
     back = layout.unpack(raw)
     assert back["i.task_id"].tolist() == [4, 5] and back["f.rewards"].shape == (2, 3) and back["f.truncations"].all()
+
+
+def test_split_reply_gives_flags_and_infos_by_their_own_names() -> None:
+    # An info may share a flag's name: the two stay apart.
+    infos = {"rewards": np.array([7, 8]), "task_id": np.array([1, 2])}
+    fields, raw, _ = ArrayPacker().pack(2, infos, (np.ones((2, 3), np.float32), np.zeros((2, 3), bool), np.zeros((2, 3), bool)))
+    flags, back = split_reply(layout_of(fields, 2).unpack(raw))
+    assert sorted(flags) == ["rewards", "terminations", "truncations"] and flags["rewards"].shape == (2, 3)
+    assert sorted(back) == ["rewards", "task_id"] and back["rewards"].tolist() == [7, 8]
 
 
 def test_join_equals_concatenating_each_shard() -> None:

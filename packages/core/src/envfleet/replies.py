@@ -17,7 +17,7 @@ import numpy as np
 
 from .protocol import Command
 from .shard_handle import ShardHandle
-from .wire import FLAG_PREFIX, INFO_PREFIX, Layout
+from .wire import Layout, split_reply
 
 __all__ = ["ReplyMerger"]
 
@@ -47,9 +47,7 @@ class ReplyMerger:
         descriptions = [d for s in shards for d in s.descriptions]
         layout = shards[0].reply_layout
         if not restarted and layout is not None and all(s.reply_layout is layout and not s.reply_other_infos for s in shards):
-            arrays = layout.join([s.reply_bytes for s in shards])
-            flags = _strip(arrays, FLAG_PREFIX)
-            infos = _strip(arrays, INFO_PREFIX)
+            flags, infos = split_reply(layout.join([s.reply_bytes for s in shards]))
             if self._fast_layouts.get(command) is not layout:
                 self._fast_layouts[command] = layout
                 self._info_templates[command].update({key: (value.dtype, value.shape[1:]) for key, value in infos.items()})
@@ -62,12 +60,11 @@ class ReplyMerger:
         }
         parts: list[dict[str, Any]] = []
         for shard in shards:
-            arrays = shard.reply_layout.unpack(shard.reply_bytes) if shard.reply_layout is not None else {}
-            parts.append(_strip(arrays, INFO_PREFIX))
+            shard_flags, shard_infos = split_reply(shard.reply_layout.unpack(shard.reply_bytes) if shard.reply_layout is not None else {})
+            parts.append(shard_infos)
             if shard.index in restarted:
                 flags["truncations"][shard.env_slice, -1:] = True
             elif command is Command.STEP:
-                shard_flags = _strip(arrays, FLAG_PREFIX)
                 for key in _FLAG_KEYS:
                     flags[key][shard.env_slice] = shard_flags[key]
         return flags, self._merge_infos(shards, parts, restarted, command), descriptions
@@ -104,7 +101,3 @@ class ReplyMerger:
             if shard.index in restarted:
                 merged["sim_restarted"][shard.env_slice] = True
         return merged
-
-
-def _strip(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
-    return {key[len(prefix) :]: value for key, value in arrays.items() if key.startswith(prefix)}

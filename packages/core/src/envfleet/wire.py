@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Channel", "ArrayPacker", "Layout", "layout_of", "FLAG_PREFIX", "INFO_PREFIX"]
+__all__ = ["Channel", "ArrayPacker", "Layout", "layout_of", "split_reply"]
 
 _HEADER = struct.Struct("!Q")
 _READ_SIZE = 1 << 16
@@ -34,10 +34,11 @@ _SPLIT_WRITE = 1 << 16  # above this, the header and the body are written separa
 
 Fields = tuple[tuple[str, str, tuple[int, ...]], ...]
 
-#: A reply's arrays share one namespace: a step's flags are named ``f.rewards``, ``f.terminations``,
-#: ``f.truncations`` and each info ``i.<name>``, so that an info may be called ``rewards`` too.
-FLAG_PREFIX = "f."
-INFO_PREFIX = "i."
+# A reply's arrays share one namespace: a step's flags are named f.rewards, f.terminations,
+# f.truncations and each info i.<name>, so that an info may be called "rewards" too. Only this
+# module writes (ArrayPacker) and reads (split_reply) the names.
+_FLAG = "f."
+_INFO = "i."
 
 
 class Channel:
@@ -182,6 +183,18 @@ class Layout:
         return perm, slots
 
 
+def split_reply(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A reply's arrays (:meth:`Layout.unpack` or :meth:`Layout.join`) as ``(flags, infos)``, each by its own name."""
+    flags: dict[str, np.ndarray] = {}
+    infos: dict[str, np.ndarray] = {}
+    for key, value in arrays.items():
+        if key.startswith(_FLAG):
+            flags[key[len(_FLAG) :]] = value
+        elif key.startswith(_INFO):
+            infos[key[len(_INFO) :]] = value
+    return flags, infos
+
+
 _LAYOUTS: dict[tuple[Fields, int], Layout] = {}
 
 
@@ -204,7 +217,7 @@ class ArrayPacker:
     numeric array with one row per env (strings, scalars), to be pickled as is.
     """
 
-    _FLAG_NAMES = tuple(FLAG_PREFIX + name for name in ("rewards", "terminations", "truncations"))
+    _FLAG_NAMES = tuple(_FLAG + name for name in ("rewards", "terminations", "truncations"))
 
     def __init__(self) -> None:
         self._sent: tuple[Any, ...] | None = None
@@ -237,7 +250,7 @@ class ArrayPacker:
         for name, value in infos.items():
             arr = value if type(value) is np.ndarray else np.asarray(value)
             if arr.dtype.kind in "biuf" and arr.ndim and arr.shape[0] == num_envs:
-                names.append(INFO_PREFIX + name)
+                names.append(_INFO + name)
                 arrays.append(arr)
             else:
                 others[name] = value
