@@ -9,7 +9,8 @@ Sections: manager (EnvManager), worker and pipeline (Ray worker), libero
 (LIBERO backend), isaac (Isaac backend; runs in the Python 3.12 venv of
 `nox -s tests-isaac` when it exists), verl (a step through verl's worker group against
 envfleet's own; runs in the venv of `nox -s tests-verl` when it exists), dataproto (concat, chunk
-and pickling of step-sized DataProtos, against the code before verl's whole surface). Each prints a table and writes
+and pickling of step-sized DataProtos, against the code before verl's whole surface), libero_dense (several
+LIBERO envs per process: memory, first reset, speed, 64 envs), metaworld (MetaWorld in its own venv). Each prints a table and writes
 docs/benchmarks/<section>.md, included by docs/benchmarks.md.
 """
 
@@ -20,7 +21,7 @@ import os
 import sys
 import time
 
-SECTIONS = ("manager", "worker", "pipeline", "libero", "isaac", "verl", "dataproto")
+SECTIONS = ("manager", "worker", "pipeline", "libero", "libero_dense", "isaac", "verl", "dataproto", "metaworld")
 
 # The sections and the modules they share (common, configs) are imported from bench/.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

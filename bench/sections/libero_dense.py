@@ -1,6 +1,7 @@
 """Dense LIBERO: memory, first reset and speed of several envs per process sharing scenes.
 
-Section ``libero_dense`` of bench/run.py; also runs alone: ``python bench/libero_dense.py [memory|speed|scale]``.
+The `libero_dense` section of ``nox -s bench``; its parts also run alone:
+``python bench/sections/libero_dense.py memory|speed|scale``.
 Every figure is a stage run through ``ProcessEnvManager``: PSS is summed over the
 stage's shard processes (``/proc/PID/smaps_rollup``), after the first reset and after
 stepping; "first reset" is from creating the manager (processes start) to the end of
@@ -16,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, when run alone
+from common import write
 
 CHUNK = 8
 
@@ -161,10 +162,8 @@ def scale_row(n: int = 64, per_process: int = 16, chunks: int = 3) -> dict[str, 
     return row
 
 
-def bench_libero_dense() -> None:
+def run() -> None:
     """The section: memory (8 envs), first reset and speed against one env per process, 64 envs."""
-    from run import write
-
     rows = memory_rows()
     rows.append(scale_row())
     by = {r["case"]: r for r in rows}
@@ -194,4 +193,4 @@ if __name__ == "__main__":
         print("first reset (1 alone, 8 dense):", first_reset_ratio())
         print("sub-steps/s (dense, one per process):", speed_ratio())
     else:
-        bench_libero_dense()
+        run()

@@ -1,4 +1,4 @@
-"""The metaworld section of ``nox -s bench``: MetaWorld sub-steps per second.
+"""The `metaworld` section of ``nox -s bench``: MetaWorld sub-steps per second.
 
 - envfleet with ``render: last`` against ``render: all``, the worker in the main venv and
   the shards in MetaWorld's venv (``train.simulator_python``);
@@ -22,11 +22,13 @@ from typing import Any
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Run as a script by MetaWorld's venv, this module finds bench/ (common) on PYTHONPATH.
+from common import ROOT, write
+
 NUM_ENVS, SIZE, CHUNK, CHUNKS, WARMUP, ROUNDS = 2, 128, 8, 12, 2, 3
 TASK = "pick-place-v3"
 
-__all__ = ["bench_metaworld", "sim_python"]
+__all__ = ["run", "sim_python"]
 
 
 def sim_python() -> str | None:
@@ -129,10 +131,8 @@ def _in_sim_venv(python: str, case: str) -> float:
     return float(json.loads(out.stdout.strip().splitlines()[-1])["rate"])
 
 
-def bench_metaworld() -> None:
+def run() -> None:
     """Print and write docs/benchmarks/metaworld.md."""
-    from run import write
-
     python = sim_python()
     if python is None:
         print("metaworld: no MetaWorld venv (run `nox -s tests-metaworld` first, or set ENVFLEET_METAWORLD_PYTHON), skipped")
