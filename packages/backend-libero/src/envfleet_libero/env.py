@@ -47,9 +47,9 @@ from typing import Any
 
 import numpy as np
 
-from envfleet.env import ChunkStepResult, Env, EnvContext, ObservationSpec, ResetResult
-from envfleet.episodes import EpisodeTracker, StateCycle
-from envfleet.errors import InvalidInputError
+from envfleet.batched_env import BatchedEnv
+from envfleet.env import ChunkStepResult, EnvContext, ObservationSpec, ResetResult
+from envfleet.validation import StateTable, check_actions, check_reset_ids
 
 from .actions import ACTION_DIM, SETTLE_ACTION, apply_action_transform
 from .gl import configure_gl
@@ -358,7 +358,7 @@ class LiberoSim:
             _log(f"closing task {self.task.index}: {type(exc).__name__}: {exc}")
 
 
-class LiberoEnv(Env):
+class LiberoEnv(BatchedEnv):
     """``num_envs`` LIBERO envs of one suite, stepped one after another in this process.
 
     Envs of one task share the task's compiled model and render context (:mod:`.scenes`);
@@ -391,15 +391,11 @@ class LiberoEnv(Env):
         _log(
             f"suite {self.suite_name}: {len(self.suite.tasks)} tasks, {self.suite.num_states} states (read in {time.perf_counter() - t0:.1f} s)"
         )
+        self.states = StateTable.contiguous(self.suite.state_task_ids())
         self.max_episode_steps = int(cfg.max_episode_steps or DEFAULT_MAX_EPISODE_STEPS[self.suite_name])
-        self.tracker = EpisodeTracker(self.num_envs, self.max_episode_steps, cfg.reward_coef, cfg.ignore_terminations)
-        self.cycle = (
-            StateCycle(self.suite.state_ids(), cfg.seed, ctx.rank, ctx.stage_id, ctx.env_offset + np.arange(self.num_envs))
-            if cfg.auto_reset
-            else None
-        )
+        self.init_episodes(cfg, ctx, self.max_episode_steps)
+        self.init_observations(self._spec)
         self.sims: list[LiberoSim | None] = [None] * self.num_envs
-        self.obs = {k: np.zeros((self.num_envs, *s.shape), dtype=s.dtype) for k, s in self._spec.items()}
         self._closed = False
 
     # ------------------------------------------------------------------ protocol
@@ -430,11 +426,11 @@ class LiberoEnv(Env):
     def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
         """Reset env ``i`` to ``state_ids[i]`` with the protocol in the module doc."""
         self._check_open()
-        state_ids = self._check_ids(state_ids, task_ids)
+        state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=self.num_envs)
         for i, sid in enumerate(state_ids):
             self._reset_one(i, int(sid))
         return ResetResult(
-            obs=self._copy_obs(),
+            obs=self.observations(),
             task_descriptions=self._descriptions(),
             infos={"state_id": self.tracker.state_ids.copy(), "task_id": self.tracker.task_ids.copy()},
         )
@@ -442,11 +438,8 @@ class LiberoEnv(Env):
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
         """Step every env through ``actions`` ``[num_envs, chunk, 7]``; see :mod:`envfleet.episodes`."""
         self._check_open()
-        actions = np.asarray(actions)
-        if actions.ndim != 3 or actions.shape[0] != self.num_envs or actions.shape[2] != self.action_dim:
-            raise InvalidInputError(f"actions must have shape [{self.num_envs}, chunk, {self.action_dim}], got {list(actions.shape)}")
-        if not np.isfinite(actions).all():
-            raise InvalidInputError("actions must be finite")
+        # Checked only: the caller's values (float64 included) are what LIBERO steps with.
+        check_actions(actions, self.num_envs, self.action_dim)
         env_actions = apply_action_transform(actions, self.action_transform)
         chunk = actions.shape[1]
         t = self.tracker
@@ -459,20 +452,18 @@ class LiberoEnv(Env):
             t.record(k, live, success)
         flags = t.end_chunk()
         if self.cycle is not None and flags.ended.any():
-            for i in np.nonzero(flags.ended)[0]:
-                sid = self.cycle.next(int(i))
-                self._reset_one(int(i), sid)
+            ended = np.nonzero(flags.ended)[0]
+            for i, sid in zip(ended, self.next_state_ids(ended)):
+                self._reset_one(int(i), int(sid))
                 flags.infos["reset_state_id"][i] = sid
-        return flags.to_result(self._copy_obs(), self._descriptions())
+        return flags.to_result(self.observations(), self._descriptions())
 
     def get_state(self) -> Any:
         """Per env: task and :meth:`LiberoSim.snapshot`; plus episode counters, cycle and last observations."""
         self._check_open()
         return {
+            **self.episode_state(),
             "envs": [None if sim is None else {"task": sim.task.index, "snap": sim.snapshot()} for sim in self.sims],
-            "tracker": self.tracker.get_state(),
-            "cycle": None if self.cycle is None else self.cycle.get_state(),
-            "obs": self._copy_obs(),
         }
 
     def load_state(self, state: Any) -> None:
@@ -487,11 +478,7 @@ class LiberoEnv(Env):
             # snapshot then overwrites every piece of state the next step reads.
             sim.reset(self.suite.tasks[task].init_states[0], self.seed, 0, render_all=False, render_final=False)
             sim.restore(saved["snap"])
-        self.tracker.load_state(state["tracker"])
-        if self.cycle is not None and state["cycle"] is not None:
-            self.cycle.load_state(state["cycle"])
-        for key, value in state["obs"].items():
-            self.obs[key][...] = value
+        self.load_episode_state(state)
 
     def close(self) -> None:
         """Close every MuJoCo env. Safe to call twice."""
@@ -510,28 +497,6 @@ class LiberoEnv(Env):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("LiberoEnv is closed")
-
-    def _check_ids(self, state_ids: Any, task_ids: Any) -> np.ndarray:
-        ids = np.asarray(state_ids)
-        if ids.shape != (self.num_envs,) or ids.dtype.kind not in "iu":
-            raise InvalidInputError(f"state_ids must be integers of shape ({self.num_envs},), got {ids.dtype}{list(ids.shape)}")
-        ids = ids.astype(np.int64)
-        bad = np.nonzero((ids < 0) | (ids >= self.suite.num_states))[0]
-        if bad.size:
-            raise InvalidInputError(
-                f"state id {int(ids[bad[0]])} (env {int(bad[0])}) is out of range: {self.suite_name} has ids 0..{self.suite.num_states - 1}"
-            )
-        if task_ids is not None:
-            tasks = np.asarray(task_ids)
-            if tasks.shape != (self.num_envs,):
-                raise InvalidInputError(f"task_ids must have shape ({self.num_envs},), got {list(tasks.shape)}")
-            for i, sid in enumerate(ids):
-                expected = self.suite.locate(int(sid))[0]
-                if int(tasks[i]) != expected:
-                    raise InvalidInputError(
-                        f"env {i}: task id {int(tasks[i])} does not match state id {int(sid)}, which belongs to task {expected}"
-                    )
-        return ids
 
     def _sim_for(self, i: int, task: int) -> LiberoSim:
         sim = self.sims[i]
@@ -591,7 +556,4 @@ class LiberoEnv(Env):
             self.obs[key][i] = img[::-1, ::-1] if self.flip else img
 
     def _descriptions(self) -> list[str]:
-        return [self.task_description(int(t)) if t >= 0 else "" for t in self.tracker.task_ids]
-
-    def _copy_obs(self) -> dict[str, np.ndarray]:
-        return {k: v.copy() for k, v in self.obs.items()}
+        return self.descriptions(self.task_description)
