@@ -91,7 +91,7 @@ def test_observation_spec_in_the_parent_imports_no_simulator() -> None:
         "from envfleet.config import load_config\n"
         "from envfleet.plugins import get_backend\n"
         "cfg = load_config(data={'train': {'simulator_type': 'isaac', 'task_name': 'Envfleet-Pusher-v0', 'num_envs': 4}})\n"
-        "spec = get_backend('isaac').obs_spec(cfg.train, 4)\n"
+        "spec = get_backend('isaac').checked_observation_spec(cfg.train, 4)\n"
         "print({k: (v.shape, v.dtype) for k, v in spec.items()})\n"
         "heavy = [m for m in ('isaaclab', 'warp', 'gymnasium', 'newton') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
@@ -104,7 +104,7 @@ def test_observation_spec_in_the_parent_imports_no_simulator() -> None:
 
 def _spec(train: dict[str, object]) -> dict[str, ArraySpec]:
     cfg = load_config(data={"train": train})
-    return get_backend("isaac").obs_spec(cfg.train, 2)
+    return get_backend("isaac").checked_observation_spec(cfg.train, 2)
 
 
 def test_config_checks() -> None:

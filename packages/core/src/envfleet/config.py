@@ -340,7 +340,7 @@ def _load_section(name: str, user: Any, lookup: Callable[[str], Any], known_back
     # The backend's observation spec is computed from the config without the simulator;
     # computing it here lets the backend reject its own bad values before any process starts.
     try:
-        spec.obs_spec(OmegaConf.create(out), int(out["num_envs"]))
+        spec.checked_observation_spec(OmegaConf.create(out), int(out["num_envs"]))
     except ConfigError as exc:
         raise ConfigError(str(exc).replace("'train.", f"'{prefix}") if prefix != "train." else str(exc)) from None
     except Exception as exc:

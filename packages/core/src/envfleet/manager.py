@@ -106,7 +106,7 @@ class ProcessEnvManager:
         self.num_envs = int(self.env_cfg.num_envs)
         self.num_action_chunks = int(cfg.actor.model.num_action_chunks)
         self.action_dim = int(cfg.actor.model.action_dim)
-        self.obs_spec = self.spec.obs_spec(self.env_cfg, self.num_envs)
+        self.obs_spec = self.spec.checked_observation_spec(self.env_cfg, self.num_envs)
         self.step_timeout_s = float(self.env_cfg.step_timeout_s)
         self.start_timeout_s = float(self.env_cfg.start_timeout_s)
         # A reset may build a new scene (LIBERO does, for another task), which can take as

@@ -83,8 +83,8 @@ class BackendSpec:
             raise ValueError(f"backend {self.name!r}: envs_per_process must be >= 1, got {value}")
         return min(int(value), max(num_envs, 1))
 
-    def obs_spec(self, cfg: Any, num_envs: int) -> ObservationSpec:
-        """The observation spec for ``num_envs`` envs, checked to be ArraySpecs."""
+    def checked_observation_spec(self, cfg: Any, num_envs: int) -> ObservationSpec:
+        """What :attr:`observation_spec` gives for ``num_envs`` envs, each entry checked to be an ArraySpec."""
         spec = self.observation_spec(cfg, num_envs)
         for key, value in spec.items():
             if not isinstance(value, ArraySpec):
