@@ -171,8 +171,8 @@ def run() -> None:
     alone_s, dense_s = first_reset_ratio()
     dense_rate, spread_rate = speed_ratio()
     notes = [
-        f"8 envs, 4 per process, task 0: {dense['PSS stepping (MB)'] / 1024:.2f} GB PSS (target <= 4 GB; one env per process: "
-        f"{spread['PSS stepping (MB)'] / 1024:.2f} GB).",
+        f"8 envs, 4 per process, task 0: {dense['PSS stepping (MB)'] / 1024:.2f} GiB PSS (target <= 4 GB; one env per process: "
+        f"{spread['PSS stepping (MB)'] / 1024:.2f} GiB).",
         f"First reset, best of 2 alternated runs: 8 envs at 4 per process {dense_s:.1f} s, 1 env alone {alone_s:.1f} s: "
         f"{dense_s / alone_s:.2f}x (target <= 2.5x).",
         f"Sub-steps/s of 8 envs, both layouts up and their chunks alternated (median of 6; chunk 8, two 128x128 cameras, "
