@@ -26,7 +26,7 @@ import numpy as np
 
 from envfleet.env import ChunkStepResult, Env, EnvContext, ObservationSpec, ResetResult
 from envfleet.episodes import EpisodeTracker, StateCycle
-from envfleet.errors import InvalidInputError
+from envfleet.validation import StateTable, check_actions, check_reset_ids
 
 from .plugin import ACTION_DIM, STATE_DIM, horizon, observation_spec, suite_tasks
 from .tasks import INSTRUCTIONS
@@ -82,6 +82,7 @@ class MetaworldEnv(Env):
         self.reward_version = str(section.reward_function_version)
         self._spec = observation_spec(cfg, 1)
         self._h, self._w = self._spec["full_image"].shape[:2]
+        self.states = StateTable.contiguous(self.get_state_task_ids())
         self.tracker = EpisodeTracker(1, horizon(cfg), cfg.reward_coef, cfg.ignore_terminations)
         self.cycle = (
             StateCycle(self.get_all_state_ids(), cfg.seed, ctx.rank, ctx.stage_id, ctx.env_offset + np.arange(1))
@@ -106,23 +107,12 @@ class MetaworldEnv(Env):
         return self.get_all_state_ids() // VARIATIONS_PER_TASK
 
     def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
-        state_ids = np.asarray(state_ids, dtype=np.int64)
-        total = len(self.tasks) * VARIATIONS_PER_TASK
-        if state_ids.shape != (1,):
-            raise InvalidInputError(f"state_ids must have shape (1,), got {state_ids.shape}")
-        sid = int(state_ids[0])
-        if not 0 <= sid < total:
-            raise InvalidInputError(f"state id {sid} (env 0) is out of range: expected 0..{total - 1}")
-        if task_ids is not None and int(np.asarray(task_ids)[0]) != sid // VARIATIONS_PER_TASK:
-            raise InvalidInputError(
-                f"env 0: task id {int(np.asarray(task_ids)[0])} does not match state id {sid}, which belongs to task {sid // VARIATIONS_PER_TASK}"
-            )
-        self._reset_to(sid)
+        state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=1)
+        self._reset_to(int(state_ids[0]))
         return ResetResult(obs=self._out(), task_descriptions=self._descriptions(), infos={"state_id": state_ids.copy()})
 
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
-        if actions.ndim != 3 or actions.shape[0] != 1 or actions.shape[2] != ACTION_DIM:
-            raise InvalidInputError(f"actions must have shape [1, chunk, {ACTION_DIM}], got {list(actions.shape)}")
+        check_actions(actions, 1, ACTION_DIM)
         chunk = actions.shape[1]
         t = self.tracker
         t.start_chunk(chunk)
