@@ -144,8 +144,6 @@ class SceneCache:
         scene.users -= 1
         if scene.users > 0:
             return
-        if scene.fixture_pose is not None:
-            scene.set_fixture_pose()
         self._idle[scene.key] = None
         while len(self._idle) > self.keep_idle:
             key, _ = self._idle.popitem(last=False)
