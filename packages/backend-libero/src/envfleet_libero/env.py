@@ -49,7 +49,7 @@ import numpy as np
 
 from envfleet.batched_env import BatchedEnv
 from envfleet.env import ChunkStepResult, EnvContext, ObservationSpec, ResetResult
-from envfleet.validation import StateTable, check_actions, check_reset_ids
+from envfleet.validation import StateTable, as_env_ids, check_actions, check_reset_ids
 
 from .actions import ACTION_DIM, SETTLE_ACTION, apply_action_transform
 from .gl import configure_gl
@@ -429,6 +429,19 @@ class LiberoEnv(BatchedEnv):
         state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=self.num_envs)
         for i, sid in enumerate(state_ids):
             self._reset_one(i, int(sid))
+        return ResetResult(
+            obs=self.observations(),
+            task_descriptions=self._descriptions(),
+            infos={"state_id": self.tracker.state_ids.copy(), "task_id": self.tracker.task_ids.copy()},
+        )
+
+    def reset_some_envs(self, env_ids: np.ndarray, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
+        """Reset env ``env_ids[j]`` to ``state_ids[j]`` as :meth:`reset_envs_to_state_ids` does; the others run on."""
+        self._check_open()
+        env_ids = as_env_ids(env_ids, self.num_envs)
+        state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=len(env_ids))
+        for i, sid in zip(env_ids.tolist(), state_ids.tolist()):
+            self._reset_one(i, sid)
         return ResetResult(
             obs=self.observations(),
             task_descriptions=self._descriptions(),

@@ -123,6 +123,22 @@ class Env:
         """Reset env ``i`` to ``state_ids[i]`` (and check ``task_ids[i]`` when given)."""
         raise NotImplementedError
 
+    def reset_some_envs(self, env_ids: np.ndarray, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
+        """Reset env ``env_ids[j]`` to ``state_ids[j]``; every other env keeps its episode.
+
+        Optional: a backend that can reset envs one at a time implements it (gymnasium's
+        ``reset_mask`` and its autoreset need it). ``env_ids`` may be empty. The result holds
+        the observations, task descriptions and infos of **all** envs, as a full reset's.
+        The default handles only the case of every env, in order.
+        """
+        env_ids = np.asarray(env_ids, dtype=np.int64)
+        if np.array_equal(env_ids, np.arange(self.num_envs)):
+            return self.reset_envs_to_state_ids(state_ids, task_ids)
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot reset some of its envs and leave the others running: "
+            "its backend does not implement Env.reset_some_envs(); reset every env instead"
+        )
+
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
         """Step every env through ``actions`` of shape ``[num_envs, chunk, action_dim]``.
 

@@ -46,7 +46,7 @@ from .recycling import RecyclingPool
 from .replies import ReplyMerger
 from .shard_handle import RestartBudget, ShardHandle, ShardSet
 from .shm import ShmBlock, ShmLayout
-from .validation import StateTable, check_actions, check_reset_ids
+from .validation import StateTable, as_env_ids, check_actions, check_reset_ids
 from .wire import Channel
 
 __all__ = ["ProcessEnvManager", "ManagerStats"]
@@ -270,6 +270,47 @@ class ProcessEnvManager:
                 self._recorder.add(result.obs, result.infos.get("task_id"), None, None)
             return result
 
+    def reset_some_envs(self, env_ids: Any, state_ids: Any, task_ids: Any = None) -> ResetResult:
+        """Reset env ``env_ids[j]`` of the stage to ``state_ids[j]``; the other envs keep their episodes.
+
+        Every shard answers (those with no env to reset without touching their simulator), so the
+        result holds all envs' observations, task descriptions and infos, as a full reset's. Needs
+        one full :meth:`reset_envs_to_state_ids` first, and a backend with
+        :meth:`~envfleet.env.Env.reset_some_envs`.
+        """
+        with self._lock:
+            self._check_running()
+            env_ids = as_env_ids(env_ids, self.num_envs)
+            state_ids, task_ids = check_reset_ids(
+                self._states_table(), state_ids, task_ids, num_envs=len(env_ids), where=f" of the reset list of stage {self.stage_id}"
+            )
+            if any(s.last_reset is None for s in self._shard_set.shards):
+                raise RuntimeError(f"stage {self.stage_id}: reset every env once (reset_envs_to_state_ids) before resetting some")
+            t0 = time.perf_counter()
+            messages: dict[int, dict[str, Any]] = {}
+            for shard in self._shard_set.shards:
+                sl = shard.env_slice
+                mine = (env_ids >= sl.start) & (env_ids < sl.stop)
+                local = env_ids[mine] - sl.start
+                last_states, last_tasks = shard.last_reset  # type: ignore[misc]
+                last_states = last_states.copy()
+                last_states[local] = state_ids[mine]
+                if last_tasks is not None:
+                    last_tasks = last_tasks.copy()
+                    last_tasks[local] = self._states_table().tasks_of(state_ids[mine])
+                # A shard restarted from now on comes back at these states, the new ones included.
+                shard.last_reset = (last_states, last_tasks)
+                messages[shard.index] = {
+                    "env_ids": local,
+                    "state_ids": state_ids[mine],
+                    "task_ids": None if task_ids is None else task_ids[mine],
+                }
+            obs = self._new_obs()
+            restarted, sim_s = self._call_all(Command.RESET_SOME, lambda s: messages[s.index], obs)
+            _, infos, descriptions = self._replies.merge(self.shards, restarted, Command.RESET)
+            self._account(t0, sim_s)
+            return ResetResult(obs=obs, task_descriptions=descriptions, infos=infos)
+
     def chunk_step(self, actions: Any) -> ChunkStepResult:
         """Step every env through ``actions`` ``[num_envs, chunk, action_dim]``."""
         with self._lock:
@@ -478,7 +519,7 @@ class ProcessEnvManager:
                 s.conn.send((cmd.value, make(s)))
             except (OSError, AssertionError):
                 pass  # dead already: handled as a crash below
-        timeout = self.reset_timeout_s if cmd is Command.RESET else self.step_timeout_s
+        timeout = self.reset_timeout_s if cmd in (Command.RESET, Command.RESET_SOME) else self.step_timeout_s
         # Byte views of the result arrays: a shard's part is then one memcpy per key, far less
         # code than numpy's slice assignment. Released before returning, so that they do not
         # count as holders of the arrays (see envfleet.recycling).
@@ -502,7 +543,7 @@ class ProcessEnvManager:
                 sim_s = max(sim_s, shard.sim_s)
             elif status is Outcome.ERR:
                 if first_error is None:
-                    first_error = self._remote_error(shard, "resetting" if cmd is Command.RESET else "stepping", payload)
+                    first_error = self._remote_error(shard, "stepping" if cmd is Command.STEP else "resetting", payload)
             else:
                 reply = self._restart(shard, f"{payload} during {cmd.value}")
                 restarted.add(shard.index)

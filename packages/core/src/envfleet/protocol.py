@@ -13,6 +13,7 @@ command            argument                                     payload of the `
 =================  ===========================================  ==========================================
 ``init``           factory, cfg, ctx, shm_name, layout          state ids, their task ids, supports_state, pid
 ``reset``          ``{"state_ids", "task_ids"}``                a packed reply (:mod:`envfleet.wire`)
+``reset_some``     ``{"env_ids", "state_ids", "task_ids"}``     a packed reply, as ``reset``'s
 ``step``           (action bytes, their shape)                  a packed reply
 ``get_state``      ``{}``                                       the env's state
 ``load_state``     ``{"state"}``                                ``None``
@@ -35,6 +36,7 @@ class Command(str, Enum):
 
     INIT = "init"
     RESET = "reset"
+    RESET_SOME = "reset_some"  #: reset the listed envs of the shard (possibly none); the others keep their episodes
     STEP = "step"
     GET_STATE = "get_state"
     LOAD_STATE = "load_state"

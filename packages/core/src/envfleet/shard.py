@@ -118,6 +118,7 @@ class _Server:
         table = {
             Command.INIT: self.init,
             Command.RESET: self.reset,
+            Command.RESET_SOME: self.reset_some,
             Command.STEP: self.step,
             Command.GET_STATE: self.get_state,
             Command.LOAD_STATE: self.load_state,
@@ -180,6 +181,11 @@ class _Server:
 
     def reset(self, msg: dict[str, Any]) -> tuple[Any, ...]:
         result = self.env.reset_envs_to_state_ids(msg["state_ids"], msg["task_ids"])
+        self.writer.write(result.obs)  # type: ignore[union-attr]
+        return self._reply(result.task_descriptions, result.infos)
+
+    def reset_some(self, msg: dict[str, Any]) -> tuple[Any, ...]:
+        result = self.env.reset_some_envs(msg["env_ids"], msg["state_ids"], msg["task_ids"])
         self.writer.write(result.obs)  # type: ignore[union-attr]
         return self._reply(result.task_descriptions, result.infos)
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from .errors import InvalidInputError
 
-__all__ = ["StateTable", "as_ids", "check_actions", "check_reset_ids"]
+__all__ = ["StateTable", "as_env_ids", "as_ids", "check_actions", "check_reset_ids"]
 
 
 def _to_numpy(value: Any) -> Any:
@@ -42,6 +42,25 @@ def as_ids(name: str, ids: Any, num_envs: int) -> np.ndarray:
             return arr.astype(np.int64)
         raise InvalidInputError(f"{name} must be integers, got dtype {arr.dtype}")
     return arr.astype(np.int64)
+
+
+def as_env_ids(env_ids: Any, num_envs: int) -> np.ndarray:
+    """``env_ids`` as int64, 1-D: distinct indices in ``0..num_envs-1`` (possibly none).
+
+    :raises InvalidInputError: not 1-D, not integers, out of range or repeated.
+    """
+    arr = np.asarray(_to_numpy(env_ids))
+    if arr.ndim != 1:
+        raise InvalidInputError(f"env_ids must be a 1-D array of env indices, got shape {arr.shape}")
+    if arr.size and arr.dtype.kind not in "iu":
+        raise InvalidInputError(f"env_ids must be integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    bad = np.nonzero((arr < 0) | (arr >= num_envs))[0]
+    if bad.size:
+        raise InvalidInputError(f"env id {int(arr[bad[0]])} is out of range: expected 0..{num_envs - 1}")
+    if np.unique(arr).size != arr.size:
+        raise InvalidInputError(f"env_ids must be distinct, got {arr.tolist()}")
+    return arr
 
 
 def check_actions(actions: Any, num_envs: int, action_dim: int, chunk: int | None = None) -> np.ndarray:

@@ -18,7 +18,7 @@ import numpy as np
 
 from envfleet.batched_env import BatchedEnv
 from envfleet.env import ArraySpec, ChunkStepResult, EnvContext, ObservationSpec, ResetResult
-from envfleet.validation import StateTable, check_actions, check_reset_ids
+from envfleet.validation import StateTable, as_env_ids, check_actions, check_reset_ids
 
 from .plugin import observation_spec
 
@@ -99,6 +99,15 @@ class ToyEnv(BatchedEnv):
             self._reset_one(i, int(sid))
         self._render(np.arange(self.num_envs))
         return ResetResult(obs=self._copy_obs(), task_descriptions=self._descriptions(), infos={"state_id": state_ids.copy()})
+
+    def reset_some_envs(self, env_ids: np.ndarray, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
+        env_ids = as_env_ids(env_ids, self.num_envs)
+        state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=len(env_ids))
+        self._frozen_result = None
+        for i, sid in zip(env_ids.tolist(), state_ids.tolist()):
+            self._reset_one(i, sid)
+        self._render(env_ids)
+        return ResetResult(obs=self._copy_obs(), task_descriptions=self._descriptions(), infos={"state_id": self.tracker.state_ids.copy()})
 
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
         step_index = self._chunks
