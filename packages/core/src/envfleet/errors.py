@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "EnvFleetError",
+    "MissingExtraError",
     "ConfigError",
     "DataProtoError",
     "DataProtoKeyError",
@@ -84,3 +85,7 @@ class RestartLimitError(EnvFleetError, RuntimeError):
 
 class WorkerDiedError(EnvFleetError, RuntimeError):
     """A Ray EnvWorker actor died; the message names its rank, node and cause."""
+
+
+class MissingExtraError(EnvFleetError, ImportError):
+    """An optional face of envfleet was imported without the package it needs; the message has the pip command."""
