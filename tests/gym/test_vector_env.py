@@ -172,3 +172,12 @@ def test_a_crashed_shard_is_restarted_and_reported_as_truncated(no_leaks) -> Non
         assert not (term | trunc).any() and infos["_state_id"].all()
     finally:
         env.close()
+
+
+def test_importing_the_face_without_gymnasium_names_the_extra() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['gymnasium'] = None\ntry:\n    import envfleet.gym\nexcept ImportError as e:\n    print(type(e).__name__, e)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("MissingExtraError") and "pip install 'envfleet[gym]'" in out
