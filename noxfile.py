@@ -122,7 +122,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", "packages", "tests", "noxfile.py", "bench")
     session.run("ruff", "format", "--check", "packages", "tests", "noxfile.py", "bench")
     # The import contracts of pyproject.toml, read from the sources (nothing is installed or imported).
-    sources = ["packages/core/src", "packages/ray-worker/src", "packages/backend-libero/src", "packages/backend-isaac/src"]
+    sources = sorted(glob.glob("packages/*/src"))
     session.run("lint-imports", env={"PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sources)})
 
 

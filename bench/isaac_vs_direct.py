@@ -6,7 +6,7 @@
 Both run in the same invocation, alive side by side and measured in alternating rounds, so
 that a load change on the machine hits both alike:
 
-- **envfleet**: a :class:`~envfleet.manager.ProcessEnvManager` (one shard process) doing
+- **envfleet**: a :class:`~envfleet.shards.manager.ProcessEnvManager` (one shard process) doing
   ``chunk_step`` on random actions, observations through shared memory.
 - **direct**: the same registered task made with ``gym.make`` in this process; per chunk,
   the actions go to the device once, ``env.step`` runs ``chunk`` times, and then both
@@ -49,8 +49,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build_manager(a: argparse.Namespace) -> Any:
+    from envfleet import ProcessEnvManager
     from envfleet.config import load_config
-    from envfleet.manager import ProcessEnvManager
 
     cfg = load_config(
         data={

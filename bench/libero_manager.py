@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
-from envfleet.manager import ProcessEnvManager
 
 
 def _rss_mb(pid: int | None) -> float | None:

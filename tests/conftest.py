@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from envfleet.shm import SHM_PREFIX
+from envfleet.shards.shm import SHM_PREFIX
 
 
 def shm_segments() -> set[str]:

@@ -19,7 +19,7 @@ def run() -> None:
     if not libero_installed():
         print("libero: backend not installed, skipped")
         return
-    from envfleet.manager import ProcessEnvManager
+    from envfleet import ProcessEnvManager
 
     chunk, chunks = 8, 4
     rows = []

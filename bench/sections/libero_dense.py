@@ -61,7 +61,7 @@ class Stage:
     """One stage through ``ProcessEnvManager``: started and reset on entry, stepped on demand."""
 
     def __init__(self, state_ids: list[int], per_process: int, hw: int = 128) -> None:
-        from envfleet.manager import ProcessEnvManager
+        from envfleet import ProcessEnvManager
 
         self.n = len(state_ids)
         self.rng = np.random.default_rng(0)

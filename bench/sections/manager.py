@@ -12,7 +12,7 @@ from configs import toy_cfg
 
 
 def _manager_rate(n: int, hw: int, repeat: int, **train: Any) -> float:
-    from envfleet.manager import ProcessEnvManager
+    from envfleet import ProcessEnvManager
 
     with ProcessEnvManager(toy_cfg(n, hw, **train)) as mgr:
         mgr.reset_envs_to_state_ids(np.arange(n))
@@ -29,7 +29,7 @@ def _fixed_cost(n: int, rounds: int = _FIXED_ROUNDS, calls: int = _FIXED_CALLS) 
     Every call is timed on its own, in ``rounds`` rounds, so that a slow spell of the
     machine shows up in the mean and the 90th percentile instead of moving the median.
     """
-    from envfleet.manager import ProcessEnvManager
+    from envfleet import ProcessEnvManager
 
     with ProcessEnvManager(toy_cfg(n, 4, **{"toy.frozen": True})) as mgr:
         mgr.reset_envs_to_state_ids(np.arange(n))

@@ -45,8 +45,8 @@ def _actions(seed: int) -> np.ndarray:
 
 def envfleet_rate(render: str, simulator_python: str | None) -> float:
     """Sub-steps per second of ``NUM_ENVS`` MetaWorld envs through ``ProcessEnvManager``."""
+    from envfleet import ProcessEnvManager
     from envfleet.config import load_config
-    from envfleet.manager import ProcessEnvManager
 
     train = {
         "simulator_type": "metaworld",

@@ -13,8 +13,8 @@ def run() -> None:
     """env_interact_step through the actor against calling the stage's manager directly (toy and LIBERO)."""
     import ray
 
+    from envfleet import ProcessEnvManager
     from envfleet.dataproto import DataProto
-    from envfleet.manager import ProcessEnvManager
     from envfleet_ray.group import EnvWorkerGroup
 
     start_ray()

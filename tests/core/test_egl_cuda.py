@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envfleet.egl_cuda import EglDevice, Gpu, chosen_egl_device, plan_rendering, visible_cuda_devices
+from envfleet.diagnostics.egl_cuda import EglDevice, Gpu, chosen_egl_device, plan_rendering, visible_cuda_devices
 
 # Four GPUs whose EGL order is not their CUDA order: EGL device i reports CUDA device SWAP[i].
 GPUS = [Gpu(i, f"GPU-{i}{i}{i}{i}aaaa-0000-0000-0000-00000000000{i}", "fake A100") for i in range(4)]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from envfleet.gl_probe import gl_env_problem, is_software_renderer, probe_gl
+from envfleet.diagnostics.gl_probe import gl_env_problem, is_software_renderer, probe_gl
 
 
 @pytest.mark.parametrize("platform", ["egl", "osmesa"])

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
 from envfleet.errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
-from envfleet.manager import ProcessEnvManager
 
 from ..conftest import own_segments as shm_segments
 from ..conftest import pid_alive
@@ -289,7 +289,7 @@ def test_no_leak_after_parent_sigkill() -> None:
         """
         import sys, time, numpy as np
         from envfleet.config import load_config
-        from envfleet.manager import ProcessEnvManager
+        from envfleet import ProcessEnvManager
         cfg = load_config(overrides=["train.simulator_type=toy", "train.num_envs=3"])
         m = ProcessEnvManager(cfg); m.start_simulator(); m.reset_envs_to_state_ids(np.arange(3))
         print(" ".join(map(str, m.shard_pids())), flush=True)

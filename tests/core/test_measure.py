@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from envfleet.measure import capacity, machine, measure_backend, process_memory, process_tree
+from envfleet.diagnostics.measure import capacity, machine, measure_backend, process_memory, process_tree
 
 
 @pytest.mark.parametrize(

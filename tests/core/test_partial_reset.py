@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
 from envfleet.env import EnvContext
 from envfleet.errors import InvalidInputError
-from envfleet.manager import ProcessEnvManager
 from envfleet_toy.env import ToyEnv
 
 from .test_manager import actions, make_cfg

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from envfleet.wire import ArrayPacker, Channel, layout_of, split_reply
+from envfleet.shards.wire import ArrayPacker, Channel, layout_of, split_reply
 
 
 @pytest.fixture
@@ -139,8 +139,8 @@ def test_recv_within_times_out_returns_ready_messages_and_reports_eof(pair) -> N
 
 
 def test_shard_obs_writer_copies_any_layout_and_checks_the_spec() -> None:
-    from envfleet.shard import ObsWriter
-    from envfleet.shm import byte_views
+    from envfleet.shards.server import ObsWriter
+    from envfleet.shards.shm import byte_views
 
     buffers = {"img": np.zeros((2, 4, 4, 3), np.uint8), "state": np.zeros((2, 5), np.float32)}
     writer = ObsWriter(buffers, byte_views(buffers))

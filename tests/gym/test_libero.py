@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
 from envfleet.gym import make_vector_env
-from envfleet.manager import ProcessEnvManager
 
 CHUNK = 4
 

@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any
 
-from envfleet.shm import SHM_PREFIX
+from envfleet.shards.shm import SHM_PREFIX
 
 #: Generous deadlines: a cold Warp kernel cache makes the first build and step take minutes.
 SLOW_START = {"start_timeout_s": 900.0, "step_timeout_s": 600.0}

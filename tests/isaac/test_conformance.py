@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from envfleet.manager import ProcessEnvManager
+from envfleet import ProcessEnvManager
 from envfleet.testing import EnvConformance
 
 from .common import pusher_train

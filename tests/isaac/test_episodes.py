@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
-from envfleet.manager import ProcessEnvManager
 
 from .common import SLOW_START
 

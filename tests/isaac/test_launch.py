@@ -13,10 +13,10 @@ import types
 
 import pytest
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
 from envfleet.env import ArraySpec
 from envfleet.errors import ConfigError, EnvFleetSimulatorError
-from envfleet.manager import ProcessEnvManager
 from envfleet.plugins import get_backend
 from envfleet_isaac import launch
 

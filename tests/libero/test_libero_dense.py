@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
 from envfleet.env import EnvContext
 from envfleet.errors import ConfigError
-from envfleet.manager import ProcessEnvManager
 
 SIZE = 64
 

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
 from envfleet.env import EnvContext
 from envfleet.episodes import StateCycle
 from envfleet.errors import ConfigError, InvalidInputError
-from envfleet.manager import ProcessEnvManager
 from envfleet_libero.actions import apply_action_transform
 from envfleet_libero.gl import egl_device_from_cuda
 from envfleet_libero.plugin import SUITES

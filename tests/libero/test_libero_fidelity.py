@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
-from envfleet.manager import ProcessEnvManager
 
 SEED = 42
 SETTLE = 10

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
-from envfleet.manager import ProcessEnvManager
 
 CHUNK = 8
 NUM_CHUNKS = 4

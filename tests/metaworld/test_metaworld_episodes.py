@@ -7,9 +7,9 @@ import subprocess
 import numpy as np
 import pytest
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
 from envfleet.errors import ConfigError
-from envfleet.manager import ProcessEnvManager
 
 from .common import metaworld_train, sim_python
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
-from envfleet.manager import ProcessEnvManager
 from envfleet_metaworld.tasks import INSTRUCTIONS, TASKS
 
 from .common import CHUNK, direct_run, metaworld_train, moving_actions

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from envfleet import plugins
-from envfleet.egl_cuda import EglDevice, Gpu
+from envfleet.diagnostics.egl_cuda import EglDevice, Gpu
 
 ENVFLEET = [sys.executable, "-m", "envfleet_ray.cli"]
 

@@ -8,10 +8,10 @@ import pytest
 import ray
 import torch
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.errors import ConfigError, EnvFleetError, InvalidInputError, UnknownBackendError
-from envfleet.manager import ProcessEnvManager
 from envfleet_ray import init_ray
 from envfleet_ray.cli import main as cli_main
 from envfleet_ray.group import EnvWorkerGroup

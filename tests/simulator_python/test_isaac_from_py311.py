@@ -17,7 +17,7 @@ import torch
 
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
-from envfleet.interpreter import probe
+from envfleet.shards.interpreter import probe
 from envfleet_ray import init_ray
 from envfleet_ray.group import EnvWorkerGroup
 

@@ -16,9 +16,9 @@ import sys
 import numpy as np
 import pytest
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
-from envfleet.interpreter import SimulatorPythonError, pip_target
-from envfleet.manager import ProcessEnvManager
+from envfleet.shards.interpreter import SimulatorPythonError, pip_target
 
 from ..metaworld.common import metaworld_train
 

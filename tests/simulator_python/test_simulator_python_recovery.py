@@ -13,8 +13,8 @@ import signal
 
 import numpy as np
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
-from envfleet.manager import ProcessEnvManager
 
 from ..metaworld.common import CHUNK, metaworld_train, moving_actions, sim_python
 

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-from envfleet.egl_cuda import chosen_egl_device
+from envfleet.diagnostics.egl_cuda import chosen_egl_device
 
 __all__ = ["configure_gl", "egl_device_from_cuda"]
 

@@ -10,7 +10,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# Names are imported on first use, so that a shard process (``python -m envfleet.shard``)
+from ._moved import install as _answer_for_moved_paths
+
+_answer_for_moved_paths()  # `import envfleet.manager` and the other flat paths of before still work
+
+# Names are imported on first use, so that a shard process (``python -m envfleet.shards.server``)
 # and a plugin listing do not pay for torch and tensordict.
 _EXPORTS = {
     "EnvConfig": "config",
@@ -38,7 +42,7 @@ _EXPORTS = {
     "RestartLimitError": "errors",
     "UnknownBackendError": "errors",
     "WorkerDiedError": "errors",
-    "ProcessEnvManager": "manager",
+    "ProcessEnvManager": "shards.manager",
     "BackendRegistry": "plugins",
     "BackendSpec": "plugins",
     "get_backend": "plugins",
@@ -77,8 +81,8 @@ if TYPE_CHECKING:  # pragma: no cover
         UnknownBackendError,
         WorkerDiedError,
     )
-    from .manager import ProcessEnvManager
     from .plugins import BackendRegistry, BackendSpec, get_backend, hookimpl, list_backends, plugin_failures
+    from .shards.manager import ProcessEnvManager
 
 __version__ = "0.1.0"
 

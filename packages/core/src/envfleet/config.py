@@ -26,6 +26,8 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ConfigError
+from .options import OPTIONAL_KEYS, ActionTransform, RenderMode
+from .plugins import BackendSpec, get_backend, list_backends
 
 __all__ = [
     "InitParamsConfig",
@@ -37,53 +39,10 @@ __all__ = [
     "EnvFleetConfig",
     "RenderMode",
     "ActionTransform",
-    "RENDER_MODES",
-    "ACTION_TRANSFORMS",
     "OPTIONAL_KEYS",
     "load_config",
     "parse_overrides",
 ]
-
-
-class _Switch(str, Enum):
-    """A behaviour switch: a str, so that ``cfg.render == "all"`` and ``str(cfg.render)`` give the plain value.
-
-    Members are named by their value, in lower case: OmegaConf converts a yaml string to
-    an enum member by its name, so ``render: last`` validates as it is written.
-    """
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-
-class RenderMode(_Switch):
-    """When a backend renders its cameras within a chunk (``train.render``)."""
-
-    last = "last"  #: only the last sub-step, where the observation is handed out
-    all = "all"  #: every sub-step
-
-
-class ActionTransform(_Switch):
-    """What a backend does to the actions before its simulator sees them (``train.action_transform``)."""
-
-    none = "none"  #: nothing
-    openvla = "openvla"  #: OpenVLA's gripper convention: [0, 1] -> [-1, 1], sign, flipped
-
-
-RENDER_MODES = tuple(mode.value for mode in RenderMode)
-ACTION_TRANSFORMS = tuple(transform.value for transform in ActionTransform)
-
-#: Core keys that only the backends declaring them (``BackendSpec.implements``) honour, each
-#: with the value that asks nothing of a backend. Any other value, for a backend that does not
-#: declare the key, is a ConfigError at load time: never a key silently ignored.
-OPTIONAL_KEYS: dict[str, Any] = {
-    "auto_reset": False,
-    "ignore_terminations": False,
-    "render": RenderMode.last,
-    "flip_images": False,
-    "settle_steps": 0,
-    "action_transform": ActionTransform.none,
-}
 
 
 @dataclass
@@ -285,8 +244,8 @@ def _check_values(section: DictConfig, prefix: str) -> None:
         )
 
 
-def _check_implemented(section: DictConfig, prefix: str, spec: Any) -> None:
-    implemented = frozenset(getattr(spec, "implements", ()))
+def _check_implemented(section: DictConfig, prefix: str, spec: BackendSpec) -> None:
+    implemented = spec.implements
     for key, neutral in OPTIONAL_KEYS.items():
         if key not in implemented and section[key] != neutral:
             offers = ", ".join(sorted(implemented)) or "none of them"
@@ -298,7 +257,7 @@ def _check_implemented(section: DictConfig, prefix: str, spec: Any) -> None:
             )
 
 
-def _load_section(name: str, user: Any, lookup: Callable[[str], Any], known_backends: Sequence[str]) -> dict[str, Any]:
+def _load_section(name: str, user: Any, lookup: Callable[[str], BackendSpec], known_backends: Sequence[str]) -> dict[str, Any]:
     prefix = f"{name}."
     if not isinstance(user, (Mapping, DictConfig)):
         raise ConfigError(f"config section '{name}' must be a mapping, got {type(user).__name__}")
@@ -353,7 +312,7 @@ def load_config(
     overrides: Sequence[str] = (),
     *,
     data: Mapping[str, Any] | DictConfig | None = None,
-    backend_lookup: Callable[[str], Any] | None = None,
+    backend_lookup: Callable[[str], BackendSpec] | None = None,
 ) -> DictConfig:
     """Load, merge and validate a config.
 
@@ -365,8 +324,6 @@ def load_config(
     :returns: a read-only DictConfig; ``cfg.train[cfg.train.simulator_type]`` holds the backend's section.
     :raises ConfigError: naming the key, what was expected and, for a typo, the closest key.
     """
-    from .plugins import get_backend, list_backends
-
     lookup = backend_lookup or get_backend
     known = list(list_backends()) if backend_lookup is None else []
     layers: list[Any] = []

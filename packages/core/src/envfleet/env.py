@@ -1,6 +1,6 @@
 """The ``Env`` protocol: a batch of simulator instances of one backend, in one process.
 
-A backend implements :class:`Env`; envfleet's :class:`~envfleet.manager.ProcessEnvManager`
+A backend implements :class:`Env`; envfleet's :class:`~envfleet.shards.manager.ProcessEnvManager`
 runs one or more of them (shards) in child processes and presents the stage as if it
 were a single ``Env``.
 

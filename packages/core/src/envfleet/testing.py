@@ -9,7 +9,7 @@ Subclass :class:`EnvConformance` in your backend's tests and say how to configur
         config_overrides = ["actor.model.num_action_chunks=4"]
 
 The suite runs your backend the way envfleet does (through
-:class:`~envfleet.manager.ProcessEnvManager`, in shard processes) with
+:class:`~envfleet.shards.manager.ProcessEnvManager`, in shard processes) with
 ``train.max_episode_steps`` set to two chunks, and checks:
 
 - the observation spec matches what reset and chunk_step return (keys, shapes, dtypes);
@@ -43,8 +43,8 @@ import pytest
 
 from .config import load_config
 from .errors import InvalidInputError
-from .manager import ProcessEnvManager
 from .plugins import get_backend
+from .shards.manager import ProcessEnvManager
 
 __all__ = ["EnvConformance"]
 

@@ -73,7 +73,7 @@ def cmd_backends(check: bool = False, names: Sequence[str] = ()) -> int:
             print(f"  {failure.name}: {failure.what}: {type(failure.error).__name__}: {failure.error}")
     if not check:
         return 1 if failures else 0
-    from envfleet.check import check_backend
+    from envfleet.diagnostics.check import check_backend
 
     overrides = [n for n in names if "=" in n]
     chosen = [n for n in names if "=" not in n] or list(specs)

@@ -13,9 +13,9 @@ Checks, for the backends named (default: every installed one):
   and which GL vendor and renderer each gives, a GPU or a CPU rasterizer (llvmpipe);
 - with NVIDIA GPUs: how EGL devices map to CUDA devices, and for the current
   ``CUDA_VISIBLE_DEVICES`` and each GPU it shows, which EGL device a rendering process
-  opens and whether that is the GPU it computes on (:mod:`envfleet.egl_cuda`);
+  opens and whether that is the GPU it computes on (:mod:`envfleet.diagnostics.egl_cuda`);
 - ``--measure``: one env per backend, its build, reset and step times and memory, and how
-  many envs this machine holds at the backend's layout (:mod:`envfleet.measure`).
+  many envs this machine holds at the backend's layout (:mod:`envfleet.diagnostics.measure`).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def doctor(names: Sequence[str] = (), measure: bool = False, out: Any = None) ->
     if unknown:
         raise UnknownBackendError(f"envfleet doctor: not installed: {', '.join(unknown)} (installed: {', '.join(specs) or 'none'})")
     if measure:
-        from envfleet.check import smallest_config
+        from envfleet.diagnostics.check import smallest_config
 
         for name in chosen or list(specs):
             smallest_config(name, overrides)  # a bad override is a usage error, before anything starts
@@ -101,7 +101,7 @@ def doctor(names: Sequence[str] = (), measure: bool = False, out: Any = None) ->
         for line in finding.lines():
             print(line, file=stream, flush=True)
 
-    from envfleet.measure import machine
+    from envfleet.diagnostics.measure import machine
 
     box = machine()
     print(
@@ -205,7 +205,7 @@ _GL_FIX = {
 
 
 def _rendering_findings(names: list[str]) -> list[Finding]:
-    from envfleet.gl_probe import PLATFORMS, gl_env_problem, probe_gl
+    from envfleet.diagnostics.gl_probe import PLATFORMS, gl_env_problem, probe_gl
 
     who = ", ".join(names)
     findings = []
@@ -253,7 +253,7 @@ def _rendering_findings(names: list[str]) -> list[Finding]:
 
 def gpu_findings(egl_devices: Sequence[Any], gpus: Sequence[Any]) -> list[Finding]:
     """The EGL/CUDA mapping and where each rendering process renders, from device lists."""
-    from envfleet.egl_cuda import plan_rendering, visible_cuda_devices
+    from envfleet.diagnostics.egl_cuda import plan_rendering, visible_cuda_devices
 
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     override = os.environ.get("MUJOCO_EGL_DEVICE_ID")
@@ -284,7 +284,7 @@ def gpu_findings(egl_devices: Sequence[Any], gpus: Sequence[Any]) -> list[Findin
 
 
 def _measure_findings(name: str, overrides: list[str], box: Any) -> list[Finding]:
-    from envfleet.measure import capacity, measure_backend
+    from envfleet.diagnostics.measure import capacity, measure_backend
 
     m = measure_backend(name, overrides)
     if not m.ok:

@@ -55,7 +55,7 @@ def _python_tag(python: str) -> str:
 
 
 def _source_dir(dist: str) -> str | None:
-    from envfleet.interpreter import pip_target
+    from envfleet.shards.interpreter import pip_target
 
     target = pip_target(dist)
     path = target.removeprefix("-e ")
@@ -92,8 +92,8 @@ def find_lock(spec: Any, python_tag: str) -> str:
 
 def build_venv(backend: str, python: str, directory: str, lock: str | None = None) -> str:
     """Build the venv of ``backend`` at ``directory`` with ``python``; returns its interpreter's path."""
-    from envfleet.interpreter import pip_target
     from envfleet.plugins import get_backend
+    from envfleet.shards.interpreter import pip_target
 
     spec = get_backend(backend)
     tag = _python_tag(python)

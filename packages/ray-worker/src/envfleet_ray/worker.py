@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.env import ResetResult
 from envfleet.errors import InvalidInputError
 from envfleet.fingerprint import fingerprint, protocol
-from envfleet.manager import ProcessEnvManager
 from envfleet.plugins import get_backend
 
 from .batch import OBS_KEYS, create_env_batch_dataproto, put_tensor_cpu
@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 
 class EnvWorker:
-    """One worker's simulators: a :class:`~envfleet.manager.ProcessEnvManager` per stage.
+    """One worker's simulators: a :class:`~envfleet.shards.manager.ProcessEnvManager` per stage.
 
     :param config: a config from :func:`envfleet.load_config`, a plain dict in the
         same layout, or a path to a YAML file.

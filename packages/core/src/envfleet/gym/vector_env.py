@@ -39,8 +39,8 @@ from omegaconf import DictConfig, OmegaConf
 from ..config import load_config
 from ..env import ObservationSpec
 from ..errors import ConfigError, InvalidInputError
-from ..manager import ProcessEnvManager
 from ..plugins import BackendSpec
+from ..shards.manager import ProcessEnvManager
 from .infos import masked_infos, merge_infos, object_column
 
 __all__ = ["STEP_MODES", "EnvfleetVectorEnv", "make_vector_env"]

@@ -2,7 +2,7 @@
 
 A :class:`ShardHandle` holds what the manager knows about one shard: which envs
 it runs, its process, socket and shared memory, the last reset (to replay after
-a restart) and the last reply (see :mod:`envfleet.replies`). A
+a restart) and the last reply (see :mod:`envfleet.shards.replies`). A
 :class:`RestartBudget` counts the shard's restarts in a sliding window.
 :class:`ShardSet` is everything that must go when the manager goes, so that
 ``close()`` and garbage collection free the same things.
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .protocol import Command
+from .messages import Command
 from .shm import ShmBlock, ShmLayout
 from .wire import Channel, Layout, layout_of
 
@@ -79,7 +79,7 @@ class ShardHandle:
         self.last_reset: tuple[np.ndarray, np.ndarray | None] | None = None
         self.saved_state: Any = None
         self.sim_s = 0.0
-        # The last reset/step reply (see envfleet.wire): the layout of its arrays, their bytes,
+        # The last reset/step reply (see envfleet.shards.wire): the layout of its arrays, their bytes,
         # the infos that are not per-env arrays, and the task descriptions.
         self.reply_layout: Layout | None = None
         self.reply_bytes = b""

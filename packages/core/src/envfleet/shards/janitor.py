@@ -31,7 +31,7 @@ def _ensure() -> int | None:
     read_fd, write_fd = os.pipe()
     try:
         launcher = subprocess.Popen(
-            [sys.executable, "-m", "envfleet.janitor", str(read_fd)],
+            [sys.executable, "-m", "envfleet.shards.janitor", str(read_fd)],
             pass_fds=(read_fd,),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -80,7 +80,7 @@ def _unlink(name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m envfleet.janitor READ_FD``: fork, let the launcher exit, serve until EOF."""
+    """``python -m envfleet.shards.janitor READ_FD``: fork, let the launcher exit, serve until EOF."""
     read_fd = int((sys.argv[1:] if argv is None else argv)[0])
     if os.fork() > 0:
         os._exit(0)  # the launcher: its parent reaps it, the janitor is orphaned and detached

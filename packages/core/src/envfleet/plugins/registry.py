@@ -1,8 +1,8 @@
-"""Loading the plugins: backends register themselves through pluggy entry points.
+"""The registry of backends, and loading the plugins that fill it through pluggy entry points.
 
-The hook is declared in :mod:`envfleet.hookspecs` and the data model (``BackendSpec``,
-``BackendRegistry``, ``PluginFailure``) lives in :mod:`envfleet.registry`; both are
-re-exported here, so ``from envfleet.plugins import BackendSpec, hookimpl`` works.
+The hook is declared in :mod:`envfleet.plugins.hookspecs` and what a backend declares
+(``BackendSpec``) in :mod:`envfleet.plugins.spec`; :mod:`envfleet.plugins` re-exports all
+three, so ``from envfleet.plugins import BackendSpec, hookimpl`` works.
 
 A backend package declares, in its ``pyproject.toml``::
 
@@ -26,26 +26,23 @@ Set ``ENVFLEET_DISABLE_PLUGIN_AUTOLOAD=1`` to skip entry points; tests then call
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
 import os
 import threading
 import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pluggy
 
+from ..errors import UnknownBackendError
 from . import hookspecs
-from .env import ArraySpec, EnvContext
-from .hookspecs import HOOK, NAME, hookimpl, hookspec
-from .registry import BackendRegistry, BackendSpec, PluginFailure
+from .hookspecs import HOOK, NAME
+from .spec import BackendSpec
 
 __all__ = [
-    "NAME",
-    "ArraySpec",
-    "EnvContext",
-    "hookimpl",
-    "hookspec",
-    "BackendSpec",
     "BackendRegistry",
     "PluginFailure",
     "get_plugin_manager",
@@ -58,6 +55,98 @@ __all__ = [
 ]
 
 DISABLE_AUTOLOAD_ENV = "ENVFLEET_DISABLE_PLUGIN_AUTOLOAD"
+
+_STAGES = {
+    "import": "failed to import",
+    "validate": "has an invalid hook",
+    "register": "failed to register",
+}
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    """A plugin that could not be loaded, whose hook is invalid, or that registered no backend."""
+
+    name: str
+    stage: str  # "import", "validate" or "register"
+    error: BaseException
+    traceback: str
+
+    @property
+    def what(self) -> str:
+        """What went wrong, in words: "failed to import", "has an invalid hook", "failed to register"."""
+        return _STAGES.get(self.stage, f"failed to {self.stage}")
+
+    def __str__(self) -> str:
+        return f"plugin {self.name!r} {self.what}: {type(self.error).__name__}: {self.error}"
+
+
+class BackendRegistry:
+    """The backends registered by plugins, by name."""
+
+    def __init__(self, failures: Sequence[PluginFailure] = ()) -> None:
+        self.failures = failures  # the plugins that failed to load: an unknown name may be one of them
+        self._specs: dict[str, BackendSpec] = {}
+        self._owner: dict[str, str] = {}
+        self._current_plugin = "<direct>"
+
+    def register(self, spec: BackendSpec) -> None:
+        """Add a backend. Registering the same name from two plugins is an error."""
+        if not isinstance(spec, BackendSpec):
+            raise TypeError(f"registry.register() takes a BackendSpec, got {type(spec).__name__}")
+        if spec.name in self._specs:
+            raise ValueError(
+                f"backend {spec.name!r} is registered twice: by plugin {self._owner[spec.name]!r} and by {self._current_plugin!r}"
+            )
+        self._specs[spec.name] = spec
+        self._owner[spec.name] = self._current_plugin
+
+    def names(self) -> list[str]:
+        """Registered backend names, sorted."""
+        return sorted(self._specs)
+
+    def get(self, name: str) -> BackendSpec:
+        """The spec for ``name``; raises :class:`~envfleet.errors.UnknownBackendError`."""
+        try:
+            return self._specs[name]
+        except KeyError:
+            raise UnknownBackendError(_unknown_backend_message(name, self.names(), self.failures)) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def register_from(self, plugin_name: str, hook: Callable[..., Any]) -> bool:
+        """Run one plugin's hook against this registry; return whether it registered any backend.
+
+        A hook that raises registers nothing (what it registered before raising is taken
+        back), and its exception propagates.
+        """
+        self._current_plugin = plugin_name
+        before = dict(self._specs)
+        try:
+            hook(registry=self)
+        except Exception:
+            self._specs = before
+            raise
+        finally:
+            self._current_plugin = "<direct>"
+        return self._specs != before
+
+
+def _unknown_backend_message(name: str, installed: list[str], failures: Sequence[PluginFailure]) -> str:
+    lines = [f"unknown backend {name!r} (train.simulator_type)."]
+    lines.append(f"Installed backends: {', '.join(installed) if installed else 'none'}.")
+    close = difflib.get_close_matches(str(name), installed, n=1, cutoff=0.5)
+    if close:
+        lines.append(f"Did you mean {close[0]!r}?")
+    own = [f for f in failures if f.name == name]
+    for failure in own:
+        lines.append(f"A plugin named {name!r} is installed but {failure.what}: {type(failure.error).__name__}: {failure.error}.")
+    if not own:
+        lines.append(
+            f"To add it, install its package, e.g. `pip install envfleet-{name}` (first-party: envfleet-libero, envfleet-isaac, envfleet-metaworld)."
+        )
+    return " ".join(lines)
 
 
 class _State:

@@ -1,7 +1,7 @@
 """Merging the shards' replies into one stage's flags, infos and task descriptions.
 
 Each shard keeps its last reset/step reply on its handle
-(:meth:`~envfleet.shard_handle.ShardHandle.keep_reply`). When every shard sent
+(:meth:`~envfleet.shards.handle.ShardHandle.keep_reply`). When every shard sent
 the same layout (the usual case) their bytes are joined and each field is read
 once for the whole stage; otherwise each shard's arrays are unpacked and
 concatenated, and a restarted shard's rows are filled: zero rewards, the last
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .protocol import Command
-from .shard_handle import ShardHandle
+from .handle import ShardHandle
+from .messages import Command
 from .wire import Layout, split_reply
 
 __all__ = ["ReplyMerger"]

@@ -157,7 +157,7 @@ def envs_per_process(spec: Any, env_cfg: Any) -> int | None:
 
 
 def _one_run(cfg: Any, result: Measurement, mode: str, first: bool) -> None:
-    from .manager import ProcessEnvManager
+    from ..shards.manager import ProcessEnvManager
 
     t0 = time.perf_counter()
     with ProcessEnvManager(cfg) as mgr:
@@ -192,8 +192,8 @@ def measure_backend(name: str, overrides: Sequence[str] = ()) -> Measurement:
 
     Never raises for a failing backend: the result says ``ok=False`` and the cause.
     """
+    from ..plugins import get_backend
     from .check import smallest_config
-    from .plugins import get_backend
 
     result = Measurement(name, False)
     try:

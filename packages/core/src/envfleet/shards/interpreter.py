@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from .errors import EnvFleetError
-from .plugins import BackendSpec
+from ..errors import EnvFleetError
+from ..plugins import BackendSpec
 
 __all__ = ["SimulatorPythonError", "ProbeResult", "resolve_python", "is_own_python", "probe", "pip_target", "shard_command"]
 
@@ -211,7 +211,7 @@ def shard_command(env_cfg: Any, spec: BackendSpec) -> tuple[str, dict[str, str]]
         if key not in _checked:
             dists = ["envfleet", *([spec.package] if spec.package else []), *spec.result_packages]
             module = _factory_module(spec)
-            result = probe(python, dists, ["envfleet.shard", *([module] if module else [])])
+            result = probe(python, dists, ["envfleet.shards.server", *([module] if module else [])])
             problems = _problems(result, spec)
             if problems:
                 raise SimulatorPythonError(

@@ -3,7 +3,7 @@
 One name drives everything: :data:`NAME` is the pluggy project name of the hook
 markers, the PluginManager and the entry-point group.
 
->>> from envfleet.hookspecs import hookimpl
+>>> from envfleet.plugins import hookimpl
 >>> @hookimpl
 ... def envfleet_register_backends(registry):
 ...     registry.register(...)  # doctest: +SKIP

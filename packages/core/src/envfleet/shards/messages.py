@@ -12,7 +12,7 @@ fast; the types on either side say what they hold.
 command            argument                                     payload of the ``ok`` reply
 =================  ===========================================  ==========================================
 ``init``           factory, cfg, ctx, shm_name, layout          state ids, their task ids, supports_state, pid
-``reset``          ``{"state_ids", "task_ids"}``                a packed reply (:mod:`envfleet.wire`)
+``reset``          ``{"state_ids", "task_ids"}``                a packed reply (:mod:`envfleet.shards.wire`)
 ``reset_some``     ``{"env_ids", "state_ids", "task_ids"}``     a packed reply, as ``reset``'s
 ``step``           (action bytes, their shape)                  a packed reply
 ``get_state``      ``{}``                                       the env's state

@@ -2,7 +2,7 @@
 
 The stage's ``num_envs`` envs are split into shards of the backend's
 ``envs_per_process``; each shard is a fresh Python process
-(:mod:`envfleet.shard`) that builds its own simulator. A call is sent to every
+(:mod:`envfleet.shards.server`) that builds its own simulator. A call is sent to every
 shard first and then awaited, so shards work in parallel. Images are written once
 by the child into shared memory owned by this object; only small arrays come back
 over the socket.
@@ -37,16 +37,16 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from .env import ChunkStepResult, EnvContext, ResetResult
-from .errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
+from ..env import ChunkStepResult, EnvContext, ResetResult
+from ..errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
+from ..plugins import BackendSpec, get_backend
+from ..validation import StateTable, as_env_ids, check_actions, check_reset_ids
+from .handle import RestartBudget, ShardHandle, ShardSet
 from .interpreter import shard_command
-from .plugins import BackendSpec, get_backend
-from .protocol import Command, Outcome, RemoteError, Reply
+from .messages import Command, Outcome, RemoteError, Reply
 from .recycling import RecyclingPool
 from .replies import ReplyMerger
-from .shard_handle import RestartBudget, ShardHandle, ShardSet
 from .shm import ShmBlock, ShmLayout
-from .validation import StateTable, as_env_ids, check_actions, check_reset_ids
 from .wire import Channel
 
 __all__ = ["ProcessEnvManager", "ManagerStats"]
@@ -134,7 +134,7 @@ class ProcessEnvManager:
         self._cfg_container = OmegaConf.to_container(self.env_cfg, resolve=True)
         self._recorder: Any = None
         if self.env_cfg.video_cfg.save_video:
-            from .video import VideoRecorder
+            from ..video import VideoRecorder
 
             self._recorder = VideoRecorder(self.env_cfg.video_cfg, self.num_envs)
 
@@ -380,7 +380,7 @@ class ProcessEnvManager:
         python, env = shard_command(self.env_cfg, self.spec)
         with open(shard.log_path, "ab") as log_fh:
             proc = subprocess.Popen(
-                [python, "-m", "envfleet.shard", str(child_sock.fileno()), str(os.getpid())],
+                [python, "-m", "envfleet.shards.server", str(child_sock.fileno()), str(os.getpid())],
                 pass_fds=(child_sock.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=log_fh,
@@ -449,7 +449,7 @@ class ProcessEnvManager:
         )
 
     def _collect(self, shards: list[ShardHandle], timeout: float, on_ok: Any = None) -> list[Reply]:
-        """Await one :class:`~envfleet.protocol.Reply` from each shard.
+        """Await one :class:`~envfleet.shards.messages.Reply` from each shard.
 
         Replies are read in shard order: all shards work at once, so by the time the
         first has answered the others mostly have too, and a reply that is already
@@ -510,7 +510,7 @@ class ProcessEnvManager:
 
         Each shard's observations are copied into ``obs`` as soon as it answers, so
         the copy overlaps the other shards' work. Each shard's reply is kept on its
-        handle (see :meth:`~envfleet.shard_handle.ShardHandle.keep_reply`); a restarted shard holds its fresh reset's reply.
+        handle (see :meth:`~envfleet.shards.handle.ShardHandle.keep_reply`); a restarted shard holds its fresh reset's reply.
         """
         shards = self._shard_set.shards
         for s in shards:
@@ -522,7 +522,7 @@ class ProcessEnvManager:
         timeout = self.reset_timeout_s if cmd in (Command.RESET, Command.RESET_SOME) else self.step_timeout_s
         # Byte views of the result arrays: a shard's part is then one memcpy per key, far less
         # code than numpy's slice assignment. Released before returning, so that they do not
-        # count as holders of the arrays (see envfleet.recycling).
+        # count as holders of the arrays (see envfleet.shards.recycling).
         out = {key: (arr.data.cast("B"), arr.nbytes // self.num_envs) for key, arr in obs.items()}
         try:
             return self._await_all(cmd, shards, timeout, out)

@@ -1,11 +1,11 @@
 """The shard process: builds one ``Env`` and serves the manager's commands.
 
-Started by :class:`~envfleet.manager.ProcessEnvManager` as a fresh interpreter
-(``python -m envfleet.shard FD PARENT_PID``), so the simulator and its renderer
+Started by :class:`~envfleet.shards.manager.ProcessEnvManager` as a fresh interpreter
+(``python -m envfleet.shards.server FD PARENT_PID``), so the simulator and its renderer
 are created here and nothing is inherited from the parent but a socket. Commands
 arrive over that socket; observations are written into the parent's shared
 memory; only small arrays travel back over the socket, as one byte string
-(:mod:`envfleet.wire`).
+(:mod:`envfleet.shards.wire`).
 
 The process exits when the parent goes away: a thread watches the parent pid and
 the socket reports EOF.
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .protocol import Command, RemoteError, err_message, ok_message
+from .messages import Command, RemoteError, err_message, ok_message
 from .wire import ArrayPacker, Channel
 
 __all__ = ["main"]
@@ -78,7 +78,7 @@ class ObsWriter:
 
     def __init__(self, buffers: dict[str, np.ndarray], views: dict[str, memoryview]) -> None:
         self.buffers = buffers
-        self.views = views  # the same memory as bytes (see envfleet.shm): a copy is a memcpy
+        self.views = views  # the same memory as bytes (see envfleet.shards.shm): a copy is a memcpy
 
     def write(self, obs: dict[str, np.ndarray]) -> None:
         """Copy ``obs`` into shared memory (an array that is already there is left as it is).
@@ -129,7 +129,7 @@ class _Server:
         self.commands: dict[str, Any] = {command.value: handler for command, handler in table.items()}
 
     def _reply(self, descriptions: Any, infos: dict[str, Any], flags: tuple[np.ndarray, ...] = ()) -> tuple[Any, ...]:
-        # (fields or None, array bytes, others, descriptions or None): see envfleet.wire.
+        # (fields or None, array bytes, others, descriptions or None): see envfleet.shards.wire.
         # The layout and the descriptions travel only when they change.
         descriptions = list(descriptions)
         if descriptions == self.sent_descriptions:
@@ -142,7 +142,7 @@ class _Server:
     def init(self, msg: dict[str, Any]) -> dict[str, Any]:
         from omegaconf import OmegaConf
 
-        from .env import EnvContext
+        from ..env import EnvContext
         from .shm import ShmLayout, attach
 
         for key, value in msg.get("environ", {}).items():
@@ -216,7 +216,7 @@ class _Server:
             self.env = None
 
     def serve(self) -> None:
-        from .errors import InvalidInputError
+        from ..errors import InvalidInputError
 
         while True:
             try:
@@ -246,7 +246,7 @@ class _Server:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: ``python -m envfleet.shard FD PARENT_PID``."""
+    """Entry point: ``python -m envfleet.shards.server FD PARENT_PID``."""
     args = sys.argv[1:] if argv is None else argv
     fd, parent_pid = int(args[0]), int(args[1])
     _batch_scheduling()

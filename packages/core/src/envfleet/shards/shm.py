@@ -6,7 +6,7 @@ each observation once. Segment names start with :data:`SHM_PREFIX` so that leak
 checks can find them in ``/dev/shm``.
 
 Should the parent die without closing (SIGKILL, or Ray killing a worker's children
-together with Python's resource tracker), the detached :mod:`envfleet.janitor`
+together with Python's resource tracker), the detached :mod:`envfleet.shards.janitor`
 unlinks its segments.
 
 The child maps the segment with ``shm_open`` + ``mmap`` rather than
@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from ..env import ArraySpec, ObservationSpec
 from . import janitor
-from .env import ArraySpec, ObservationSpec
 
 __all__ = ["SHM_PREFIX", "ShmLayout", "ShmBlock", "attach"]
 

@@ -9,7 +9,7 @@ on GPU 0. NVIDIA's EGL reports the CUDA ordinal of each EGL device
 out, from plain data, which EGL device a process uses and which one it should use.
 
 Everything here takes lists in and returns values: the device lists come from
-:mod:`envfleet.gl_probe` on a real machine and from fakes in tests.
+:mod:`envfleet.diagnostics.gl_probe` on a real machine and from fakes in tests.
 
 >>> gpus = [Gpu(0, "GPU-aaaa"), Gpu(1, "GPU-bbbb")]
 >>> egl = [EglDevice(0, cuda=1), EglDevice(1, cuda=0)]

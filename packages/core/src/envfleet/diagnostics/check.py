@@ -40,8 +40,8 @@ def smallest_config(name: str, overrides: Sequence[str] = (), num_action_chunks:
     """
     from omegaconf import DictConfig, OmegaConf
 
-    from .config import load_config
-    from .plugins import get_backend
+    from ..config import load_config
+    from ..plugins import get_backend
 
     spec = get_backend(name)
     base: dict[str, Any] = {"train": {"simulator_type": name, "num_envs": 1}}
@@ -55,7 +55,7 @@ def smallest_config(name: str, overrides: Sequence[str] = (), num_action_chunks:
 def check_backend(name: str, overrides: Sequence[str] = ()) -> CheckResult:
     """Load a config for backend ``name`` (its ``BackendSpec.check_config`` and ``overrides``), start one
     env in a shard process, reset it to its first state id and step it with one chunk of zeros."""
-    from .manager import ProcessEnvManager
+    from ..shards.manager import ProcessEnvManager
 
     seconds: dict[str, float] = {}
     try:

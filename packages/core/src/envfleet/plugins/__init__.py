@@ -1,0 +1,51 @@
+"""Plugins: how a backend package tells envfleet about its simulator.
+
+What a plugin author needs is here, in one import::
+
+    from envfleet.plugins import BackendSpec, hookimpl
+
+    @hookimpl
+    def envfleet_register_backends(registry):
+        registry.register(BackendSpec(name="toy", env_factory="envfleet_toy.env:ToyEnv", ...))
+
+Three modules, one job each: :mod:`~envfleet.plugins.hookspecs` (the hook and its markers),
+:mod:`~envfleet.plugins.spec` (what a backend declares) and :mod:`~envfleet.plugins.registry`
+(the backends registered, and loading the entry points that register them).
+"""
+
+from __future__ import annotations
+
+from ..env import ArraySpec, EnvContext
+from .hookspecs import NAME, hookimpl, hookspec
+from .registry import (
+    DISABLE_AUTOLOAD_ENV,
+    BackendRegistry,
+    PluginFailure,
+    get_backend,
+    get_plugin_manager,
+    list_backends,
+    plugin_failures,
+    register_plugin,
+    reset_plugins,
+    unregister_plugin,
+)
+from .spec import BackendSpec
+
+__all__ = [
+    "NAME",
+    "DISABLE_AUTOLOAD_ENV",
+    "ArraySpec",
+    "EnvContext",
+    "hookimpl",
+    "hookspec",
+    "BackendSpec",
+    "BackendRegistry",
+    "PluginFailure",
+    "get_plugin_manager",
+    "list_backends",
+    "get_backend",
+    "plugin_failures",
+    "register_plugin",
+    "unregister_plugin",
+    "reset_plugins",
+]
