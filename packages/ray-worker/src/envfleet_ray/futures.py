@@ -88,10 +88,17 @@ class GroupFuture:
 
     :param calls: one :class:`WorkerCall` per worker, by rank.
     :param finish: combines the workers' results into the call's result.
-    :param on_dead: ``(rank, error)`` for a worker that is gone: returns a stand-in result or raises.
+    :param on_dead: ``{rank: error}`` for every worker found gone in this call (all of
+        them at once, so that the workers of a lost node are recreated together):
+        returns ``{rank: stand-in result}`` or raises.
     """
 
-    def __init__(self, calls: list[WorkerCall], finish: Callable[[list[Any]], Any], on_dead: Callable[[int, BaseException], Any]) -> None:
+    def __init__(
+        self,
+        calls: list[WorkerCall],
+        finish: Callable[[list[Any]], Any],
+        on_dead: Callable[[dict[int, BaseException]], dict[int, Any]],
+    ) -> None:
         self._calls = calls
         self._finish = finish
         self._on_dead = on_dead
@@ -102,16 +109,34 @@ class GroupFuture:
         """Wait for every worker and return the combined result."""
         if self.state is FutureState.DONE:
             return self._value
-        results: list[Any] = []
-        for rank, call in enumerate(self._calls):
+        results: list[Any] = [None] * len(self._calls)
+        dead: dict[int, BaseException] = {}
+        via_ray = [rank for rank, call in enumerate(self._calls) if call.route is Route.RAY]
+        # One ray.get for every Ray-routed share: with many workers, a get per worker costs
+        # the driver a round trip into Ray's core worker each. Only when one of them failed
+        # are they read one by one, to tell which.
+        if via_ray:
             try:
-                results.append(call.result(rank, timeout))
+                values = ray.get([self._calls[rank].ref for rank in via_ray], timeout=timeout)
+                for rank, value in zip(via_ray, values):
+                    results[rank] = value
+                via_ray = []
+            except (*DEAD_WORKER_ERRORS, RayTaskError):
+                pass
+        for rank, call in enumerate(self._calls):
+            if call.route is Route.RAY and rank not in via_ray:
+                continue
+            try:
+                results[rank] = call.result(rank, timeout)
             except (*DEAD_WORKER_ERRORS, LaneClosed) as exc:
-                results.append(self._on_dead(rank, exc))
+                dead[rank] = exc
             except RayTaskError as exc:
                 # The worker's own exception (InvalidInputError, EnvFleetSimulatorError, ...), not
                 # Ray's wrapper, so that callers catch what the worker raised and read its message.
                 raise unwrap_task_error(exc) from exc
+        if dead:
+            for rank, value in self._on_dead(dead).items():
+                results[rank] = value
         self._value = self._finish(results)
         self.state = FutureState.DONE
         return self._value

@@ -8,7 +8,13 @@ Calls return a :class:`GroupFuture` at once; ``.get()`` waits and concatenates.
 A worker that died raises :class:`~envfleet.errors.WorkerDiedError` naming its
 rank, node and cause; with ``max_restarts > 0`` the group recreates it in the same
 bundle, re-runs init and the last reset, and the failed step reports its envs as
-truncated with ``sim_restarted`` set.
+truncated with ``sim_restarted`` set. Workers found dead in one call (a lost node's)
+are recreated together; their bundles move to surviving nodes that satisfy the
+placement (Ray moves them), and when none can take them within ``restart_timeout_s``
+the error names the ranks, the node and the cause (docs/cluster.md).
+
+Where workers may run: ``resources`` (custom Ray resources per bundle, e.g.
+``{"sim": 1}``) and ``labels`` (node labels); see :mod:`envfleet_ray.placement`.
 
 Steps to a worker on the driver's node take the local lane (:mod:`envfleet_ray.lane`)
 instead of Ray's task path; pass ``local_lane=False`` to send everything through Ray.
@@ -18,14 +24,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import ray
 from omegaconf import DictConfig, OmegaConf
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
+from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from envfleet.config import load_config
@@ -35,9 +41,11 @@ from envfleet.errors import InvalidInputError, WorkerDiedError
 from .futures import DEAD_WORKER_ERRORS, GroupFuture, WorkerCall, unwrap_task_error
 from .lane import LaneClient, LaneClosed
 from .metrics import merge_metrics
+from .recovery import concat_harmonized, dead_error
+from .placement import PlacementError, alive_nodes, bundle_shape, check_feasible, describe_nodes, reserve, wait_placed
 from .worker import EnvWorker
 
-__all__ = ["EnvWorkerGroup", "GroupFuture"]  # GroupFuture: see envfleet_ray.futures
+__all__ = ["EnvWorkerGroup", "GroupFuture", "concat_harmonized"]  # GroupFuture: see envfleet_ray.futures
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,14 @@ class EnvWorkerGroup:
     :param placement_timeout_s: how long to wait for the cluster to grant the bundles.
     :param local_lane: send steps to workers on the driver's node over a local lane
         (:mod:`envfleet_ray.lane`) rather than through Ray's task path.
+    :param resources: extra Ray resources in each worker's bundle (``{"sim": 1}``): the
+        workers then run only on nodes that offer them.
+    :param memory_per_worker: bytes of Ray ``memory`` reserved per worker (None: none).
+    :param labels: node labels every worker's node must carry (Ray's ``bundle_label_selector``).
+    :param check_placement: fail at once when no alive node set could hold the bundles
+        (off when an autoscaler will add nodes; ``placement_timeout_s`` still bounds the wait).
+    :param restart_timeout_s: how long recreating dead workers may wait for a node that
+        satisfies the placement (None: ``placement_timeout_s``).
     """
 
     def __init__(
@@ -66,6 +82,11 @@ class EnvWorkerGroup:
         strategy: str = "PACK",
         placement_timeout_s: float = 120.0,
         local_lane: bool = True,
+        resources: Mapping[str, float] | None = None,
+        memory_per_worker: float | None = None,
+        labels: Mapping[str, str] | None = None,
+        check_placement: bool = True,
+        restart_timeout_s: float | None = None,
     ) -> None:
         if not ray.is_initialized():
             raise RuntimeError("EnvWorkerGroup needs Ray: call envfleet_ray.init_ray() (or ray.init()) first")
@@ -83,19 +104,20 @@ class EnvWorkerGroup:
         self.max_restarts = int(max_restarts)
         self.restarts = 0
         self._restart_causes: list[dict[str, Any]] = []  # worker deaths since the last finish_rollout
+        #: One entry per recovery: ``ranks``, ``nodes`` (their old node ids), ``at`` (time.time() when
+        #: Ray had declared them dead) and ``recreate_s`` (recreating, init and the last reset).
+        self.recoveries: list[dict[str, Any]] = []
         self._cpus = float(cpus_per_worker)
         self._gpus = float(gpus_per_worker)
-        self._cfg_container = OmegaConf.to_container(config, resolve=True)
-        bundles = [{"CPU": self._cpus, **({"GPU": self._gpus} if self._gpus else {})} for _ in range(self.num_workers)]
-        self._pg = placement_group(bundles, strategy=strategy)
         try:
-            ray.get(self._pg.ready(), timeout=placement_timeout_s)
-        except GetTimeoutError:
-            remove_placement_group(self._pg)
-            raise RuntimeError(
-                f"the cluster could not grant {self.num_workers} bundles of {bundles[0]} within {placement_timeout_s:g} s "
-                f"(available: {ray.available_resources()}); lower cpus_per_worker or num_workers"
-            ) from None
+            self.bundle = bundle_shape(self._cpus, self._gpus, memory_per_worker, resources)
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from None
+        self.labels = dict(labels or {})
+        self.strategy = strategy
+        self._restart_timeout_s = float(placement_timeout_s if restart_timeout_s is None else restart_timeout_s)
+        self._cfg_container = OmegaConf.to_container(config, resolve=True)
+        self._pg = reserve([self.bundle] * self.num_workers, strategy, self.labels, placement_timeout_s, check=check_placement)
         self._lanes: list[LaneClient | None] = []
         self._actor_cls = ray.remote(EnvWorker)
         self.workers: list[Any] = [self._create(rank) for rank in range(self.num_workers)]
@@ -111,9 +133,13 @@ class EnvWorkerGroup:
 
     # ------------------------------------------------------------------ actors
     def _create(self, rank: int) -> Any:
+        extra = {k: v for k, v in self.bundle.items() if k not in ("CPU", "GPU", "memory")}
         return self._actor_cls.options(
             num_cpus=self._cpus,
             num_gpus=self._gpus,
+            # The actor asks for its whole bundle, so nothing else of the group's fits beside it.
+            **({"resources": extra} if extra else {}),
+            **({"memory": self.bundle["memory"]} if "memory" in self.bundle else {}),
             max_concurrency=self.stage_num + 4,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank),
             name=None,
@@ -175,63 +201,112 @@ class EnvWorkerGroup:
         """The ranks whose steps take the local lane."""
         return [rank for rank, lane in enumerate(self._lanes) if lane is not None]
 
-    def _death_cause(self, rank: int, exc: BaseException) -> BaseException:
-        """Why a worker's lane closed: Ray's account of the actor's death when it has one."""
-        if not isinstance(exc, LaneClosed):
-            return exc
-        try:
-            ray.get(self.workers[rank].node_info.remote(), timeout=30)
-        except DEAD_WORKER_ERRORS as dead:
-            return dead
-        except Exception:
-            pass
-        return exc
+    def _confirm_dead(self, dead: Mapping[int, BaseException]) -> dict[int, BaseException]:
+        """Ray's account of each death: a dropped connection (``ActorUnavailableError``, a closed
+        lane) comes before Ray has declared the worker, or its node, dead.
 
-    def _dead_error(self, rank: int, exc: BaseException) -> WorkerDiedError:
-        node = self.nodes[rank] if rank < len(self.nodes) else {}
-        cause = str(exc).strip().splitlines()
-        short = next(
-            (line for line in cause if "cause" in line.lower() or "died" in line.lower()), cause[0] if cause else type(exc).__name__
-        )
-        return WorkerDiedError(
-            f"EnvWorker rank {rank} on node {node.get('ip', '?')} ({node.get('hostname', '?')}, pid {node.get('pid', '?')}) died: "
-            f"{type(exc).__name__}: {short.strip()}"
-        )
+        Until it has, the worker's bundle still counts as placed on the lost node, and a
+        worker recreated in it would land there. So ask each such worker again until Ray
+        answers ``ActorDiedError`` (with its cause: the node died, OOM, ...), bounded by
+        ``restart_timeout_s``; a worker that answers was only cut off and is recreated too.
+        """
+        out = dict(dead)
+        pending = {r for r, e in dead.items() if isinstance(e, (ActorUnavailableError, LaneClosed))}
+        deadline = time.monotonic() + self._restart_timeout_s
+        while pending and time.monotonic() < deadline:
+            refs = {r: self.workers[r].node_info.remote() for r in pending}
+            for rank, ref in refs.items():
+                try:
+                    ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+                    pending.discard(rank)
+                except ActorUnavailableError:
+                    continue
+                except DEAD_WORKER_ERRORS as exc:
+                    out[rank] = exc
+                    pending.discard(rank)
+                except GetTimeoutError:
+                    pass
+            if pending:
+                time.sleep(0.2)
+        return out
 
-    def _revive(self, rank: int, exc: BaseException) -> None:
-        """Recreate a dead worker, re-run init and the last reset; or raise WorkerDiedError."""
-        err = self._dead_error(rank, exc)
-        if self.restarts >= self.max_restarts:
-            raise err from exc
-        self.restarts += 1
-        self._restart_causes.append({"rank": rank, "stage": None, "cause": f"EnvWorker died: {err}", "time": time.time()})
-        log.warning("%s; recreating it (%d/%d)", err, self.restarts, self.max_restarts)
+    def _dead_error(self, dead: Mapping[int, BaseException], why: str = "") -> WorkerDiedError:
         try:
-            ray.kill(self.workers[rank], no_restart=True)
-        except Exception:
-            pass
-        self._close_lane(rank)
-        worker = self._create(rank)
-        self.workers[rank] = worker
-        calls = []
-        if "worker" in self._initialized:
-            calls.append(worker.init_worker.remote())
-        for mode in ("train", "val"):
-            if f"sim:{mode}" in self._initialized:
-                calls.append(worker.init_simulator.remote(mode))
-        self.nodes[rank] = self._node_infos([rank])[0]
-        ray.get(calls)
-        self._lanes[rank] = self._open_lane(rank)
-        for data in self._last_reset.values():
-            part = data.chunk(self.num_workers)[rank]
-            ray.get(worker.reset_envs_to_state_ids.remote(part))
+            alive: set[str] | None = {n["NodeID"] for n in alive_nodes()}
+        except Exception:  # Ray itself is gone: say what is known
+            alive = None
+        if why and alive is not None:
+            # A lost node's other workers, not yet found dead by a call, go down with the group too.
+            lost = {self.nodes[r].get("node_id") for r in dead if r < len(self.nodes)} - alive
+            mates = [r for r, info in enumerate(self.nodes) if r not in dead and info.get("node_id") in lost]
+            if mates:
+                why += f"; ranks {mates} ran on the same lost node"
+        return dead_error(dead, self.nodes, why, alive)
+
+    def _revive(self, dead: Mapping[int, BaseException]) -> None:
+        """Recreate the workers ``dead``, all at once, re-run init and the last reset; or raise WorkerDiedError."""
+        dead = self._confirm_dead(dead)
+        t0, at = time.perf_counter(), time.time()
+        ranks = sorted(dead)
+        first = dead[ranks[0]]
+        old = sorted({str(self.nodes[r].get("node_id")) for r in ranks if r < len(self.nodes)})
+        left = self.max_restarts - self.restarts
+        if len(ranks) > left:
+            raise self._dead_error(dead, f"max_restarts={self.max_restarts} allows {max(left, 0)} more") from first
+        self.restarts += len(ranks)
+        for rank in ranks:
+            self._restart_causes.append({"rank": rank, "stage": None, "cause": f"EnvWorker died: {self._dead_error({rank: dead[rank]})}", "time": time.time()})
+        log.warning("%s; recreating %d worker(s) (%d/%d restarts)", self._dead_error(dead), len(ranks), self.restarts, self.max_restarts)
+        for rank in ranks:
+            try:
+                ray.kill(self.workers[rank], no_restart=True)
+            except Exception:
+                pass
+            self._close_lane(rank)
+        # The bundles of a lost node: Ray moves them to alive nodes that satisfy the
+        # placement. Wait for that, bounded, rather than leave the actors pending for ever.
+        try:
+            check_feasible(self.bundle, 1, "PACK", self.labels, what="recreating them")
+            unplaced = wait_placed(self._pg, ranks, self._restart_timeout_s)
+        except PlacementError as exc:
+            raise self._dead_error(dead, f"no surviving node can take their bundles: {exc}") from first
+        if unplaced:
+            raise self._dead_error(
+                dead,
+                f"no surviving node took the bundles of ranks {unplaced} ({self.bundle}) within {self._restart_timeout_s:g} s; "
+                f"nodes: {describe_nodes()}",
+            ) from first
+        for rank in ranks:
+            self.workers[rank] = self._create(rank)
+        try:
+            for rank, info in zip(ranks, self._node_infos(ranks)):
+                self.nodes[rank] = info
+            calls = []
+            for rank in ranks:
+                worker = self.workers[rank]
+                if "worker" in self._initialized:
+                    calls.append(worker.init_worker.remote())
+                for mode in ("train", "val"):
+                    if f"sim:{mode}" in self._initialized:
+                        calls.append(worker.init_simulator.remote(mode))
+            ray.get(calls)
+            resets = []
+            for data in self._last_reset.values():
+                parts = data.chunk(self.num_workers)
+                resets += [self.workers[rank].reset_envs_to_state_ids.remote(parts[rank]) for rank in ranks]
+            ray.get(resets)
+        except DEAD_WORKER_ERRORS as exc:
+            raise self._dead_error(dead, f"recreating them failed: {type(exc).__name__}: {exc}") from exc
+        for rank in ranks:
+            self._lanes[rank] = self._open_lane(rank)
+        self.recoveries.append({"ranks": ranks, "nodes": old, "at": at, "recreate_s": time.perf_counter() - t0})
 
     # ------------------------------------------------------------------ broadcast
     def _broadcast(self, method: str, *args: Any) -> GroupFuture:
         calls = [WorkerCall.via_ray(getattr(w, method).remote(*args)) for w in self.workers]
 
-        def on_dead(rank: int, exc: BaseException) -> Any:
-            raise self._dead_error(rank, exc) from exc
+        def on_dead(dead: dict[int, BaseException]) -> dict[int, Any]:
+            raise self._dead_error(dead) from next(iter(dead.values()))
 
         return GroupFuture(calls, lambda results: results, on_dead)
 
@@ -252,7 +327,7 @@ class EnvWorkerGroup:
             try:
                 return ray.get(getattr(worker, method).remote(*args))
             except DEAD_WORKER_ERRORS as exc:
-                first = first or self._dead_error(rank, exc)
+                first = first or self._dead_error({rank: exc})
             except RayTaskError as exc:
                 raise unwrap_task_error(exc) from exc
         raise first or RuntimeError("the group has no workers")
@@ -294,9 +369,10 @@ class EnvWorkerGroup:
         parts = [data] if self.num_workers == 1 else data.chunk(self.num_workers)
         calls = [WorkerCall.via_ray(w.reset_envs_to_state_ids.remote(p)) for w, p in zip(self.workers, parts)]
 
-        def on_dead(rank: int, exc: BaseException) -> DataProto:
-            self._revive(rank, exc)
-            return ray.get(self.workers[rank].reset_envs_to_state_ids.remote(parts[rank]))  # type: ignore[no-any-return]
+        def on_dead(dead: dict[int, BaseException]) -> dict[int, DataProto]:
+            self._revive(dead)
+            refs = {rank: self.workers[rank].reset_envs_to_state_ids.remote(parts[rank]) for rank in dead}
+            return dict(zip(refs, ray.get(list(refs.values()))))
 
         def finish(results: list[DataProto]) -> DataProto:
             self._last_reset[mode] = data
@@ -327,10 +403,10 @@ class EnvWorkerGroup:
             except LaneClosed as exc:
                 calls.append(WorkerCall.lane_closed(exc))  # the worker is gone: get() handles it as a dead worker
 
-        def on_dead(rank: int, exc: BaseException) -> DataProto:
-            exc = self._death_cause(rank, exc)
-            self._revive(rank, exc)
-            return ray.get(self.workers[rank].restart_step_result.remote(int(stage), chunk, mode))  # type: ignore[no-any-return]
+        def on_dead(dead: dict[int, BaseException]) -> dict[int, DataProto]:
+            self._revive(dead)
+            refs = {rank: self.workers[rank].restart_step_result.remote(int(stage), chunk, mode) for rank in dead}
+            return dict(zip(refs, ray.get(list(refs.values()))))
 
         return GroupFuture(calls, concat_harmonized, on_dead)
 
@@ -364,29 +440,3 @@ class EnvWorkerGroup:
 def _build_worker(config: Any, rank: int) -> None:
     """Build an EnvWorker and close it: what a worker's actor does first, as a task whose error Ray keeps."""
     EnvWorker(config, rank).close()
-
-
-def concat_harmonized(parts: Sequence[DataProto]) -> DataProto:
-    """Concatenate step results; keys missing from a part (a rebuilt worker) are filled with zeros / -1."""
-    if len(parts) == 1:
-        return parts[0]
-    tensor_keys: dict[str, Any] = {}
-    nt_keys: dict[str, Any] = {}
-    for p in parts:
-        if p.batch is not None:
-            for k in p.batch.keys():
-                tensor_keys.setdefault(str(k), p.batch[k])
-        for k, v in p.non_tensor_batch.items():
-            nt_keys.setdefault(k, v)
-    import torch
-
-    for p in parts:
-        n = len(p)
-        for k, ref in tensor_keys.items():
-            if p.batch is None or k not in p.batch.keys():
-                fill = -1 if not ref.dtype.is_floating_point and ref.dtype != torch.bool else 0
-                p.batch[k] = torch.full((n, *ref.shape[1:]), fill, dtype=ref.dtype)  # type: ignore[index]
-        for k, ref in nt_keys.items():
-            if k not in p.non_tensor_batch:
-                p.non_tensor_batch[k] = np.zeros((n, *ref.shape[1:]), dtype=ref.dtype)
-    return DataProto.concat(parts)

@@ -1,0 +1,68 @@
+"""What the group does about dead workers that is not calling them: their error, their rows.
+
+:func:`dead_error` words one :class:`~envfleet.errors.WorkerDiedError` for every worker a
+call found gone (a lost node takes several at once): rank, node, pid and Ray's cause.
+:func:`concat_harmonized` joins a step's results when a recreated worker's part lacks
+keys the others carry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from envfleet.dataproto import DataProto
+from envfleet.errors import WorkerDiedError
+
+__all__ = ["concat_harmonized", "dead_error"]
+
+
+def dead_error(
+    dead: Mapping[int, BaseException], nodes: Sequence[Mapping[str, Any]], why: str = "", alive: set[str] | None = None
+) -> WorkerDiedError:
+    """One error for the workers ``dead`` (rank -> Ray's error), from ``nodes`` (rank -> node_info); ``why`` is appended.
+
+    With ``alive`` (the node ids Ray counts alive), a worker whose node is not among them is
+    said to have lost its node: Ray's own message for it is often only "died unexpectedly".
+    """
+    parts = []
+    for rank in sorted(dead):
+        exc = dead[rank]
+        node = nodes[rank] if rank < len(nodes) else {}
+        lines = str(exc).strip().splitlines()
+        short = next((ln for ln in lines if "cause" in ln.lower() or "died" in ln.lower()), lines[0] if lines else "")
+        node_id = str(node.get("node_id") or "?")[:8]
+        parts.append(
+            f"EnvWorker rank {rank} on node {node.get('ip', '?')} ({node.get('hostname', '?')}, node id {node_id}, "
+            f"pid {node.get('pid', '?')}) died: {type(exc).__name__}: {short.strip()}"
+            + (" (its node is lost: Ray declared it dead)" if alive is not None and node.get("node_id") not in alive else "")
+        )
+    return WorkerDiedError("; ".join(parts) + (f"; {why}" if why else ""))
+
+
+def concat_harmonized(parts: Sequence[DataProto]) -> DataProto:
+    """Concatenate step results; keys missing from a part (a rebuilt worker) are filled with zeros / -1."""
+    if len(parts) == 1:
+        return parts[0]
+    tensor_keys: dict[str, Any] = {}
+    nt_keys: dict[str, Any] = {}
+    for p in parts:
+        if p.batch is not None:
+            for k in p.batch.keys():
+                tensor_keys.setdefault(str(k), p.batch[k])
+        for k, v in p.non_tensor_batch.items():
+            nt_keys.setdefault(k, v)
+    import torch
+
+    for p in parts:
+        n = len(p)
+        for k, ref in tensor_keys.items():
+            if p.batch is None or k not in p.batch.keys():
+                fill = -1 if not ref.dtype.is_floating_point and ref.dtype != torch.bool else 0
+                p.batch[k] = torch.full((n, *ref.shape[1:]), fill, dtype=ref.dtype)  # type: ignore[index]
+        for k, ref in nt_keys.items():
+            if k not in p.non_tensor_batch:
+                p.non_tensor_batch[k] = np.zeros((n, *ref.shape[1:]), dtype=ref.dtype)
+    return DataProto.concat(parts)
