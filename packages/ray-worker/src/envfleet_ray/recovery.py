@@ -46,23 +46,31 @@ def concat_harmonized(parts: Sequence[DataProto]) -> DataProto:
     """Concatenate step results; keys missing from a part (a rebuilt worker) are filled with zeros / -1."""
     if len(parts) == 1:
         return parts[0]
+    # Each part's keys are read once: asking a TensorDict for its keys per key and per part
+    # made this quadratic-looking loop cost five times the concat itself at 64 workers.
+    keys = [
+        (frozenset(str(k) for k in p.batch.keys()) if p.batch is not None else frozenset(), frozenset(p.non_tensor_batch)) for p in parts
+    ]
+    if all(k == keys[0] for k in keys):
+        return DataProto.concat(parts)  # every worker answered alike: the usual case
     tensor_keys: dict[str, Any] = {}
     nt_keys: dict[str, Any] = {}
-    for p in parts:
-        if p.batch is not None:
-            for k in p.batch.keys():
-                tensor_keys.setdefault(str(k), p.batch[k])
+    for p, (tk, _) in zip(parts, keys):
+        for k in tk:
+            if k not in tensor_keys:
+                assert p.batch is not None
+                tensor_keys[k] = p.batch[k]
         for k, v in p.non_tensor_batch.items():
             nt_keys.setdefault(k, v)
     import torch
 
-    for p in parts:
+    for p, (tk, nk) in zip(parts, keys):
         n = len(p)
         for k, ref in tensor_keys.items():
-            if p.batch is None or k not in p.batch.keys():
+            if k not in tk:
                 fill = -1 if not ref.dtype.is_floating_point and ref.dtype != torch.bool else 0
                 p.batch[k] = torch.full((n, *ref.shape[1:]), fill, dtype=ref.dtype)  # type: ignore[index]
         for k, ref in nt_keys.items():
-            if k not in p.non_tensor_batch:
+            if k not in nk:
                 p.non_tensor_batch[k] = np.zeros((n, *ref.shape[1:]), dtype=ref.dtype)
     return DataProto.concat(parts)
