@@ -59,4 +59,3 @@ def loopback_cluster(num_cpus: float = 1, system_config: dict | None = None, **h
     if system_config:
         args["_system_config"] = system_config
     return Cluster(initialize_head=True, head_node_args=args)
-

@@ -255,7 +255,9 @@ def test_lost_node_no_node_can_take_the_workers(cluster, lossy_nodes) -> None:
             reset_and_step(group)
         assert time.monotonic() - t0 < 60
         text = str(err.value)
-        assert "EnvWorker rank 0 on node" in text and ("EnvWorker rank 1 on node" in text or "ranks [1] ran on the same lost node" in text), text
+        assert "EnvWorker rank 0 on node" in text and (
+            "EnvWorker rank 1 on node" in text or "ranks [1] ran on the same lost node" in text
+        ), text
         assert infos[0]["node_id"][:8] in text
         assert "no surviving node can take their bundles" in text and "'lossy': 1.0" in text, text
     finally:

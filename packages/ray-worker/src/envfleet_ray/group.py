@@ -41,8 +41,8 @@ from envfleet.errors import InvalidInputError, WorkerDiedError
 from .futures import DEAD_WORKER_ERRORS, GroupFuture, WorkerCall, unwrap_task_error
 from .lane import LaneClient, LaneClosed
 from .metrics import merge_metrics
-from .recovery import concat_harmonized, dead_error
 from .placement import PlacementError, alive_nodes, bundle_shape, check_feasible, describe_nodes, reserve, wait_placed
+from .recovery import concat_harmonized, dead_error
 from .worker import EnvWorker
 
 __all__ = ["EnvWorkerGroup", "GroupFuture", "concat_harmonized"]  # GroupFuture: see envfleet_ray.futures
@@ -255,7 +255,9 @@ class EnvWorkerGroup:
             raise self._dead_error(dead, f"max_restarts={self.max_restarts} allows {max(left, 0)} more") from first
         self.restarts += len(ranks)
         for rank in ranks:
-            self._restart_causes.append({"rank": rank, "stage": None, "cause": f"EnvWorker died: {self._dead_error({rank: dead[rank]})}", "time": time.time()})
+            self._restart_causes.append(
+                {"rank": rank, "stage": None, "cause": f"EnvWorker died: {self._dead_error({rank: dead[rank]})}", "time": time.time()}
+            )
         log.warning("%s; recreating %d worker(s) (%d/%d restarts)", self._dead_error(dead), len(ranks), self.restarts, self.max_restarts)
         for rank in ranks:
             try:
