@@ -42,7 +42,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,6 +54,7 @@ from .actions import ACTION_DIM, SETTLE_ACTION, apply_action_transform
 from .gl import configure_gl
 from .plugin import DEFAULT_MAX_EPISODE_STEPS, camera_names, check_suite, observation_spec
 from .scenes import Scene, building_dense, scene_cache
+from .suites import SuiteIndex, TaskInfo, instruction_source
 
 __all__ = ["TaskInfo", "SuiteIndex", "LiberoSim", "LiberoEnv", "make_state8"]
 
@@ -63,53 +63,6 @@ def _log(message: str) -> None:
     # The shard's stderr goes to its log file, whose tail the manager shows on failures.
     sys.stderr.write(f"envfleet-libero: {message}\n")
     sys.stderr.flush()
-
-
-@dataclass(frozen=True)
-class TaskInfo:
-    """One task of a suite: its BDDL problem, language and fixed initial states."""
-
-    index: int
-    name: str
-    language: str
-    bddl_file: str
-    init_states: np.ndarray  # float64 [trials, state_dim], MuJoCo flattened (time, qpos, qvel)
-
-
-class SuiteIndex:
-    """A suite's tasks, in suite order, and the global state ids of their initial states.
-
-    Reads LIBERO's task table and ``.pruned_init.npz`` files only; imports no simulator.
-    """
-
-    def __init__(self, suite: str) -> None:
-        from libero.libero import benchmark  # task tables and file paths; no MuJoCo
-
-        self.suite = suite
-        # task_order_index=0 is the identity order: tasks as the suite lists them.
-        bench = benchmark.get_benchmark_dict()[suite](task_order_index=0)
-        self.tasks: list[TaskInfo] = []
-        for i in range(bench.get_num_tasks()):
-            task = bench.get_task(i)
-            states = np.asarray(bench.get_task_init_states(i), dtype=np.float64)
-            self.tasks.append(TaskInfo(i, task.name, task.language, bench.get_task_bddl_file_path(i), states))
-        counts = np.array([len(t.init_states) for t in self.tasks], dtype=np.int64)
-        self.first_id = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        self.num_states = int(counts.sum())
-        self._task_of = np.repeat(np.arange(len(self.tasks), dtype=np.int64), counts)
-
-    def state_ids(self) -> np.ndarray:
-        """All state ids, ``0 .. num_states - 1``."""
-        return np.arange(self.num_states, dtype=np.int64)
-
-    def state_task_ids(self) -> np.ndarray:
-        """The task of each state id."""
-        return self._task_of.copy()
-
-    def locate(self, state_id: int) -> tuple[int, int]:
-        """``(task, trial)`` of a state id."""
-        task = int(self._task_of[state_id])
-        return task, int(state_id - self.first_id[task])
 
 
 def make_state8(obs: dict[str, Any]) -> np.ndarray:
@@ -387,7 +340,7 @@ class LiberoEnv(BatchedEnv):
         self.action_transform = str(cfg.action_transform)
         self._spec = observation_spec(cfg, self.num_envs)
         t0 = time.perf_counter()
-        self.suite = SuiteIndex(self.suite_name)
+        self.suite = SuiteIndex(self.suite_name, instruction_source(cfg))
         _log(
             f"suite {self.suite_name}: {len(self.suite.tasks)} tasks, {self.suite.num_states} states (read in {time.perf_counter() - t0:.1f} s)"
         )
@@ -420,8 +373,8 @@ class LiberoEnv(BatchedEnv):
         return self.suite.state_task_ids()
 
     def task_description(self, task_id: int) -> str:
-        """The task's language instruction."""
-        return self.suite.tasks[task_id].language
+        """The task's instruction, from the suite's instruction source (:mod:`.suites`)."""
+        return self.suite.tasks[task_id].instruction
 
     def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
         """Reset env ``i`` to ``state_ids[i]`` with the protocol in the module doc."""

