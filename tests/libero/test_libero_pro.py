@@ -164,7 +164,8 @@ def _libero_env() -> Any:
 
 def _actions(seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    arm = rng.uniform(-1.0, 1.0, size=(2, CHUNK, 6))
+    # One direction per chunk plus noise: the arm travels (a pure random walk can stay put).
+    arm = np.clip(rng.uniform(-1.0, 1.0, size=(2, 1, 6)) + 0.3 * rng.uniform(-1.0, 1.0, size=(2, CHUNK, 6)), -1.0, 1.0)
     gripper = np.sign(rng.uniform(-1.0, 1.0, size=(2, CHUNK, 1)))
     return np.concatenate([arm, gripper], axis=-1).astype(np.float32)
 
