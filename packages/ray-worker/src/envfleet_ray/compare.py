@@ -1,0 +1,193 @@
+"""``envfleet compare RUN_A RUN_B``: two results side by side, refused when their protocols differ.
+
+A success rate means something only next to another measured the same way. Each run's
+``summary.json`` carries its protocol fingerprint (:mod:`envfleet.fingerprint`); the
+comparison flattens both into dotted fields (``settle_steps``, ``cameras.height``,
+``packages.mujoco``, ``libero.instruction_source``, ...) and refuses, with exit code 1
+and one line per differing field, when they differ in anything but what is sampled:
+
+- the policy (not part of the fingerprint: it is what is being compared);
+- ``seed`` and ``state_ids`` (which fixture placements and initial states were drawn):
+  two runs of one protocol with other seeds are two samples of it, and the intervals
+  say how far apart samples fall.
+
+``--allow FIELD`` (repeatable; a field or a prefix such as ``packages``) compares anyway
+and prints that field's two values in the header. The table has, per task and in total,
+each run's successes, episodes and rate with a 95% Wilson score interval, and the
+difference B - A with Newcombe's hybrid score interval (Newcombe 1998, method 10),
+which, unlike the Wald interval, stays inside [-1, 1] and behaves at rates of 0 and 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from envfleet.errors import InvalidInputError
+
+__all__ = ["SAMPLED_FIELDS", "METRICS", "load_summary", "flatten", "differences", "wilson", "newcombe", "compare", "add_parser", "run"]
+
+#: Fingerprint fields that say which samples were drawn, not how they were measured.
+SAMPLED_FIELDS: tuple[str, ...] = ("hash", "seed", "state_ids")
+
+#: ``success_once``: success at any step of an episode (the ``successes`` count);
+#: ``success_at_end``: success at its last step (``successes_at_end``).
+METRICS: dict[str, str] = {"success_once": "successes", "success_at_end": "successes_at_end"}
+
+_Z95 = 1.959963984540054
+
+
+def load_summary(path: str) -> dict[str, Any]:
+    """The ``summary.json`` of ``path`` (the file, or a run folder holding it)."""
+    file = os.path.join(path, "summary.json") if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        raise InvalidInputError(f"envfleet compare: {path!r} is neither a summary.json nor a run folder holding one")
+    try:
+        with open(file) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise InvalidInputError(f"envfleet compare: cannot read {file!r} as JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("per_task"), dict):
+        raise InvalidInputError(f"envfleet compare: {file!r} is not an envfleet summary (no 'per_task' table)")
+    if not isinstance(data.get("fingerprint"), dict):
+        raise InvalidInputError(f"envfleet compare: {file!r} has no protocol fingerprint, so nothing says how it was measured")
+    return data
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as ``{"a.b": leaf}``; lists stay leaves."""
+    if not isinstance(value, Mapping):
+        return {prefix.rstrip("."): value}
+    out: dict[str, Any] = {}
+    for key, sub in value.items():
+        name = f"{prefix}{key}"
+        out.update(flatten(sub, f"{name}.") if isinstance(sub, Mapping) else {name: sub})
+    return out
+
+
+def _sampled(field: str) -> bool:
+    return any(field == s or field.startswith(f"{s}.") for s in SAMPLED_FIELDS)
+
+
+def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The protocol fields (dotted) whose values differ between fingerprints ``a`` and ``b``, sampled fields left out."""
+    fa, fb = flatten(a), flatten(b)
+    missing = object()
+    out = {}
+    for field in sorted(set(fa) | set(fb)):
+        va, vb = fa.get(field, missing), fb.get(field, missing)
+        if va != vb and not _sampled(field):
+            out[field] = (None if va is missing else va, None if vb is missing else vb)
+    return out
+
+
+def wilson(k: int, n: int, z: float = _Z95) -> tuple[float, float]:
+    """The Wilson score interval of a rate of ``k`` in ``n`` (``(0, 1)`` for ``n = 0``)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def newcombe(k_a: int, n_a: int, k_b: int, n_b: int, z: float = _Z95) -> tuple[float, float]:
+    """Newcombe's hybrid score interval of the difference of rates ``k_b/n_b - k_a/n_a``."""
+    pa, pb = (k_a / n_a if n_a else 0.0), (k_b / n_b if n_b else 0.0)
+    la, ua = wilson(k_a, n_a, z)
+    lb, ub = wilson(k_b, n_b, z)
+    d = pb - pa
+    lower = d - math.sqrt((pb - lb) ** 2 + (ua - pa) ** 2)
+    upper = d + math.sqrt((ub - pb) ** 2 + (pa - la) ** 2)
+    return max(-1.0, lower), min(1.0, upper)
+
+
+def _fmt(value: Any) -> str:
+    return "(absent)" if value is None else json.dumps(value, default=str) if not isinstance(value, str) else value
+
+
+def _metric(a: dict[str, Any], b: dict[str, Any], chosen: str | None) -> str:
+    if chosen is not None:
+        return chosen
+    named = {flatten(s["fingerprint"]).get("named_protocol.success_metric") for s in (a, b)} - {None}
+    return str(named.pop()) if len(named) == 1 else "success_once"
+
+
+def _cell(k: int | None, n: int | None) -> str:
+    if k is None or n is None:
+        return f"{'-':>27}"
+    lo, hi = wilson(k, n)
+    rate = k / n if n else 0.0
+    return f"{k:>4}/{n:<4} {rate:>5.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], allow: Sequence[str] = (), metric: str | None = None) -> tuple[int, list[str]]:
+    """Compare summaries ``a`` and ``b``: ``(exit code, lines to print)``; 1 with the differing fields when refused."""
+    diff = differences(a["fingerprint"], b["fingerprint"])
+    known = set(flatten(a["fingerprint"])) | set(flatten(b["fingerprint"]))
+    for pattern in allow:
+        if not any(f == pattern or f.startswith(f"{pattern}.") for f in known):
+            raise InvalidInputError(f"envfleet compare: --allow {pattern!r} names no fingerprint field; fields: {', '.join(sorted(known))}")
+
+    def allowed(field: str) -> bool:
+        return any(field == p or field.startswith(f"{p}.") for p in allow)
+
+    refused = {f: v for f, v in diff.items() if not allowed(f)}
+    if refused:
+        lines = [f"refused: the two runs were measured differently in {len(refused)} field(s) of their protocol fingerprint:"]
+        lines += [f"  differs: {field}: A {_fmt(va)} | B {_fmt(vb)}" for field, (va, vb) in refused.items()]
+        lines.append("(--allow FIELD compares anyway and shows the field in the header)")
+        return 1, lines
+    metric = _metric(a, b, metric)
+    key = METRICS[metric]
+    fa, fb = flatten(a["fingerprint"]), flatten(b["fingerprint"])
+    lines = [f"A: policy {a.get('policy', '?')}, fingerprint {fa.get('hash')}, seed {fa.get('seed')}, {fa.get('state_ids.count')} state ids"]
+    lines.append(f"B: policy {b.get('policy', '?')}, fingerprint {fb.get('hash')}, seed {fb.get('seed')}, {fb.get('state_ids.count')} state ids")
+    lines += [f"allowed to differ: {field}: A {_fmt(va)} | B {_fmt(vb)}" for field, (va, vb) in diff.items()]
+    lines.append(f"metric: {metric} ({key}); rates with 95% Wilson intervals, B - A with Newcombe's interval")
+    lines.append(f"{'task':>5}  {'A: k/n rate [95% CI]':>27}  {'B: k/n rate [95% CI]':>27}  {'B - A [95% CI]':>22}  description")
+    tasks = sorted(set(a["per_task"]) | set(b["per_task"]), key=lambda t: (len(str(t)), str(t)))
+    totals = [0, 0, 0, 0]
+    for task in tasks:
+        ra, rb = a["per_task"].get(task), b["per_task"].get(task)
+        ka, na = (int(ra[key]), int(ra["episodes"])) if ra else (None, None)
+        kb, nb = (int(rb[key]), int(rb["episodes"])) if rb else (None, None)
+        desc = (ra or rb or {}).get("description", "")
+        lines.append(f"{task:>5}  {_cell(ka, na)}  {_cell(kb, nb)}  {_diff(ka, na, kb, nb)}  {desc}")
+        for i, v in enumerate((ka, na, kb, nb)):
+            totals[i] += v or 0
+    lines.append(f"{'all':>5}  {_cell(totals[0], totals[1])}  {_cell(totals[2], totals[3])}  {_diff(*totals)}")
+    return 0, lines
+
+
+def _diff(ka: int | None, na: int | None, kb: int | None, nb: int | None) -> str:
+    if ka is None or na is None or kb is None or nb is None or not na or not nb:
+        return f"{'-':>22}"
+    lo, hi = newcombe(ka, na, kb, nb)
+    return f"{kb / nb - ka / na:>+6.2f} [{lo:+.2f}, {hi:+.2f}]"
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``compare`` subcommand to the ``envfleet`` parser's subparsers."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "compare",
+        help="two runs' success rates side by side with confidence intervals; refused (exit code 1) if measured differently",
+        description="Compare two runs (summary.json files or run folders) task by task. Refused, with exit code 1 and "
+        "a line per differing field, when their protocol fingerprints differ in anything but the seed and the state ids.",
+    )
+    parser.add_argument("run_a", metavar="RUN_A", help="summary.json or a run folder")
+    parser.add_argument("run_b", metavar="RUN_B", help="summary.json or a run folder")
+    parser.add_argument("--allow", action="append", default=[], metavar="FIELD", help="a fingerprint field allowed to differ (repeatable)")
+    parser.add_argument("--metric", choices=sorted(METRICS), help="success_once or success_at_end (default: the named protocol's, else success_once)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``envfleet compare`` with parsed ``args``; prints the table or the refusal and returns the exit code."""
+    code, lines = compare(load_summary(args.run_a), load_summary(args.run_b), args.allow, args.metric)
+    print("\n".join(lines))
+    return code
