@@ -15,6 +15,7 @@ from envfleet.env import ArraySpec, ObservationSpec
 from envfleet.errors import ConfigError
 from envfleet.plugins import BackendRegistry, BackendSpec, hookimpl
 
+from .protocols import load_protocols
 from .suites import SUITE_HORIZONS, check_suite, instruction_source
 
 __all__ = [
@@ -121,6 +122,7 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             # compiled model and the render context (docs: "Dense envs").
             envs_per_process=envs_per_process,
             protocol_parts=protocol_parts,
+            protocols=load_protocols,
             action_dim=7,
             implements={"auto_reset", "ignore_terminations", "render", "flip_images", "settle_steps", "action_transform"},
             check_config={"train": {"task_suite_name": "libero_spatial", "init_params": {"camera_heights": 64, "camera_widths": 64}}},

@@ -26,6 +26,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ConfigError
+from .named_protocols import protocol_layers
 from .options import OPTIONAL_KEYS, ActionTransform, RenderMode
 from .plugins import BackendSpec, get_backend, list_backends
 
@@ -71,6 +72,8 @@ class EnvConfig:
     """One env section (``train`` or ``val``). Keys verl has stay where verl has them."""
 
     simulator_type: str = MISSING  # a registered backend name (see `envfleet backends`)
+    protocol: str | None = None  # a named evaluation protocol of the backend (see `envfleet protocols`): sets the keys it fixes
+    protocol_overrides: list[str] = field(default_factory=list)  # keys set here on purpose over the protocol's values
     task_suite_name: str | None = None  # LIBERO suite: libero_spatial, libero_object, libero_goal, libero_10, libero_90
     task_name: str | None = None  # Isaac Lab: a registered gymnasium task id
     env_id: str | None = None  # verl's Isaac key; used as task_name when that is unset
@@ -280,8 +283,9 @@ def _load_section(name: str, user: Any, lookup: Callable[[str], BackendSpec], kn
                 f"config section '{prefix}{other}' is for backend {other!r}, but {prefix}simulator_type is {simulator!r}; "
                 f"rename it to '{prefix}{simulator}' or remove it"
             )
+    named, named_backend = protocol_layers(prefix, user, backend_section, spec)
     defaults = dict(spec.defaults or {})
-    core = _merge(EnvConfig, prefix, defaults, user)
+    core = _merge(EnvConfig, prefix, defaults, named, user)
     _check_missing(core, prefix)
     _check_values(core, prefix)
     _check_implemented(core, prefix, spec)
@@ -289,7 +293,7 @@ def _load_section(name: str, user: Any, lookup: Callable[[str], BackendSpec], kn
     assert isinstance(out, dict)
     schema = spec.config_schema
     if schema is not None:
-        section = _merge(schema, f"{prefix}{simulator}.", backend_section or {})
+        section = _merge(schema, f"{prefix}{simulator}.", named_backend, backend_section or {})
         _check_missing(section, f"{prefix}{simulator}.")
         out[simulator] = OmegaConf.to_container(section, resolve=False)
     elif backend_section:

@@ -4,7 +4,8 @@ A success rate is comparable with another only when the evaluation protocol is t
 same: the simulator and renderer versions, the renderer itself (EGL or OSMesa, a GPU or
 llvmpipe), the cameras, image flip, action transform, settle steps, episode length,
 seed, render mode, which initial states were used, and what of the backend's own section
-decides results (``BackendSpec.protocol_parts``, e.g. LIBERO's instruction source). :func:`protocol` collects the
+decides results (``BackendSpec.protocol_parts``, e.g. LIBERO's instruction source), and the
+named protocol selected (``train.protocol``: name, version, success metric, overrides). :func:`protocol` collects the
 parts a config, a backend and a running shard know; :func:`fingerprint` adds the set of
 state ids and hashes everything. Two runs of the same config on the same machine give
 the same hash; changing any of those parts changes it.
@@ -23,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+
+from .named_protocols import protocol_record
 
 __all__ = ["protocol", "fingerprint", "package_versions"]
 
@@ -44,7 +47,10 @@ def protocol(section: Any, spec: Any, renderer: Mapping[str, str]) -> dict[str, 
     """The protocol of one env section (``train`` or ``val``) of backend ``spec``, rendered by ``renderer``."""
     cams = section.init_params
     own = getattr(spec, "protocol_parts", None)
-    parts = {str(spec.name): dict(own(section))} if own is not None else {}
+    parts: dict[str, Any] = {str(spec.name): dict(own(section))} if own is not None else {}
+    named = protocol_record(section, spec)
+    if named is not None:
+        parts["named_protocol"] = named
     return {
         "backend": str(spec.name),
         "packages": package_versions(["envfleet", spec.package, *spec.result_packages]),

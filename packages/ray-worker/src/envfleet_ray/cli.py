@@ -1,4 +1,4 @@
-"""The ``envfleet`` command: ``envfleet backends``, ``doctor``, ``venv``, ``compare`` and ``rollout`` (the main job)."""
+"""The ``envfleet`` command: ``envfleet backends``, ``doctor``, ``venv``, ``compare``, ``protocols`` and ``rollout`` (the main job)."""
 
 from __future__ import annotations
 
@@ -36,11 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     be = sub.add_parser("backends", help="list installed backends and plugins that failed to load (exit code 1 if any did)")
     be.add_argument("--check", action="store_true", help="also build and step each backend once (exit code 1 if any fails)")
     be.add_argument("names", nargs="*", help="with --check: the backends to check (default all), and key=value overrides")
-    from . import compare, doctor, venv
+    from . import compare, doctor, protocols, venv
 
     doctor.add_parser(sub)
     venv.add_parser(sub)
     compare.add_parser(sub)
+    protocols.add_parser(sub)
     ro = sub.add_parser("rollout", help="run a pipelined rollout (the main job)")
     ro.add_argument("--config", help="YAML config in verl's env layout")
     ro.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray on 127.0.0.1)")
@@ -297,10 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import venv
 
             return venv.run(args)
-        if args.command == "compare":
-            from . import compare
+        if args.command in ("compare", "protocols"):
+            from . import compare, protocols
 
-            return compare.run(args)
+            return (compare if args.command == "compare" else protocols).run(args)
         return cmd_rollout(args)
     except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -35,6 +35,8 @@ class BackendSpec:
     :param protocol_parts: ``(cfg) -> dict``: what of the backend's own section decides its
         results (e.g. which instruction a policy is shown), recorded in every result's protocol
         fingerprint under the backend's name. ``None``: nothing of it does.
+    :param protocols: ``() -> {name: protocol}``: the named evaluation protocols the backend ships,
+        selected with ``train.protocol`` (format: :mod:`envfleet.named_protocols`). ``None``: none.
     :param action_dim: the action size the backend expects, when fixed (also the default of
         ``actor.model.action_dim``).
     :param implements: the optional core keys this backend honours, from
@@ -61,6 +63,7 @@ class BackendSpec:
     defaults: dict[str, Any] = field(default_factory=dict)
     envs_per_process: int | Callable[[Any], int | None] | None = 1
     protocol_parts: Callable[[Any], Mapping[str, Any]] | None = None
+    protocols: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
     action_dim: int | None = None
     implements: AbstractSet[str] = frozenset()
     check_config: dict[str, Any] = field(default_factory=dict)
