@@ -102,7 +102,10 @@ def test_incomplete_suite_is_refused_at_config_load_naming_the_gap(suite: str, g
 
 
 def test_unknown_suite_lists_the_served_ones() -> None:
-    with pytest.raises(ConfigError, match="not a LIBERO or LIBERO-PRO suite for simulator_type libero. Did you mean 'libero_goal_task'[?] Use one of .*libero_10_task"):
+    with pytest.raises(
+        ConfigError,
+        match="not a LIBERO or LIBERO-PRO suite for simulator_type libero. Did you mean 'libero_goal_task'[?] Use one of .*libero_10_task",
+    ):
         _config("libero_goal_taks")
 
 
@@ -175,7 +178,11 @@ def _frame(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
     quat = np.array(obs["robot0_eef_quat"], copy=True)
     state = np.concatenate([obs["robot0_eef_pos"], T.quat2axisangle(quat), obs["robot0_gripper_qpos"]]).astype(np.float32)
-    return {"full_image": obs["agentview_image"][::-1, ::-1].copy(), "wrist_image": obs["robot0_eye_in_hand_image"][::-1, ::-1].copy(), "state": state}
+    return {
+        "full_image": obs["agentview_image"][::-1, ::-1].copy(),
+        "wrist_image": obs["robot0_eye_in_hand_image"][::-1, ::-1].copy(),
+        "state": state,
+    }
 
 
 def _reference(suite: str, task: int, trial: int, actions: np.ndarray) -> tuple[list[dict[str, np.ndarray]], str, int]:

@@ -183,7 +183,9 @@ def test_protocol_sets_its_sources_values(name: str) -> None:
 
 
 def test_a_key_set_twice_is_refused_unless_overridden_on_purpose() -> None:
-    with pytest.raises(ConfigError, match=r"'train.settle_steps' is 15, but protocol 'openvla' \(version 1\) sets 'train.settle_steps' to 10"):
+    with pytest.raises(
+        ConfigError, match=r"'train.settle_steps' is 15, but protocol 'openvla' \(version 1\) sets 'train.settle_steps' to 10"
+    ):
         _load(protocol="openvla", settle_steps=15)
     with pytest.raises(ConfigError, match="'train.init_params.camera_heights' is 128, but protocol 'openvla'"):
         _load(protocol="openvla", init_params={"camera_heights": 128})

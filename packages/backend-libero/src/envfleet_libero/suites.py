@@ -132,9 +132,7 @@ def check_suite(cfg: Any) -> str:
         what = "is required" if suite is None else f"is {suite!r}, which is not a LIBERO or LIBERO-PRO suite"
         close = difflib.get_close_matches(str(suite), SUITES, n=1) if suite is not None else []
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(
-            f"config key 'train.task_suite_name' {what} for simulator_type libero.{hint} Use one of {', '.join(SUITES)}"
-        )
+        raise ConfigError(f"config key 'train.task_suite_name' {what} for simulator_type libero.{hint} Use one of {', '.join(SUITES)}")
     if missing:
         served = "" if suite in SUITE_HORIZONS else f"; complete suites: {', '.join(SUITES)}"
         raise ConfigError(
@@ -159,7 +157,7 @@ def _registered(suite: str) -> bool:
     return suite in benchmark.get_benchmark_dict()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def audit_suite(suite: str) -> list[str]:
     """What suite ``suite`` lacks, one line per task with a gap (empty: complete).
 

@@ -42,7 +42,9 @@ def get_protocol(spec: Any, name: str) -> Mapping[str, Any]:
     found = available(spec)
     if name not in found:
         offers = f"its protocols: {', '.join(sorted(found))}" if found else "it ships none"
-        raise ConfigError(f"config key 'train.protocol' is {name!r}, which is not a protocol of backend {spec.name!r} ({offers}; see `envfleet protocols`)")
+        raise ConfigError(
+            f"config key 'train.protocol' is {name!r}, which is not a protocol of backend {spec.name!r} ({offers}; see `envfleet protocols`)"
+        )
     return found[name]
 
 
@@ -70,7 +72,9 @@ def protocol_layers(prefix: str, user: Mapping[str, Any], backend_section: Any, 
     overrides = [str(k) for k in (user.get("protocol_overrides") or [])]
     if name is None:
         if overrides:
-            raise ConfigError(f"config key '{prefix}protocol_overrides' is set, but '{prefix}protocol' is not: name a protocol or remove it")
+            raise ConfigError(
+                f"config key '{prefix}protocol_overrides' is set, but '{prefix}protocol' is not: name a protocol or remove it"
+            )
         return {}, {}
     proto = get_protocol(spec, str(name))
     sets = copy.deepcopy(dict(proto.get("sets") or {}))
@@ -96,7 +100,9 @@ def protocol_layers(prefix: str, user: Mapping[str, Any], backend_section: Any, 
             )
     for key in overrides:
         if not any(_overlaps(key, k) for k in fixed):
-            raise ConfigError(f"config key '{prefix}protocol_overrides' lists {key!r}, which protocol {name!r} does not set (it sets {', '.join(fixed)})")
+            raise ConfigError(
+                f"config key '{prefix}protocol_overrides' lists {key!r}, which protocol {name!r} does not set (it sets {', '.join(fixed)})"
+            )
     return sets, backend
 
 

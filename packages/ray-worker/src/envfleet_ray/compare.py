@@ -145,8 +145,12 @@ def compare(a: dict[str, Any], b: dict[str, Any], allow: Sequence[str] = (), met
     metric = _metric(a, b, metric)
     key = METRICS[metric]
     fa, fb = flatten(a["fingerprint"]), flatten(b["fingerprint"])
-    lines = [f"A: policy {a.get('policy', '?')}, fingerprint {fa.get('hash')}, seed {fa.get('seed')}, {fa.get('state_ids.count')} state ids"]
-    lines.append(f"B: policy {b.get('policy', '?')}, fingerprint {fb.get('hash')}, seed {fb.get('seed')}, {fb.get('state_ids.count')} state ids")
+    lines = [
+        f"A: policy {a.get('policy', '?')}, fingerprint {fa.get('hash')}, seed {fa.get('seed')}, {fa.get('state_ids.count')} state ids"
+    ]
+    lines.append(
+        f"B: policy {b.get('policy', '?')}, fingerprint {fb.get('hash')}, seed {fb.get('seed')}, {fb.get('state_ids.count')} state ids"
+    )
     lines += [f"allowed to differ: {field}: A {_fmt(va)} | B {_fmt(vb)}" for field, (va, vb) in diff.items()]
     lines.append(f"metric: {metric} ({key}); rates with 95% Wilson intervals, B - A with Newcombe's interval")
     lines.append(f"{'task':>5}  {'A: k/n rate [95% CI]':>27}  {'B: k/n rate [95% CI]':>27}  {'B - A [95% CI]':>22}  description")
@@ -182,7 +186,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("run_a", metavar="RUN_A", help="summary.json or a run folder")
     parser.add_argument("run_b", metavar="RUN_B", help="summary.json or a run folder")
     parser.add_argument("--allow", action="append", default=[], metavar="FIELD", help="a fingerprint field allowed to differ (repeatable)")
-    parser.add_argument("--metric", choices=sorted(METRICS), help="success_once or success_at_end (default: the named protocol's, else success_once)")
+    parser.add_argument(
+        "--metric", choices=sorted(METRICS), help="success_once or success_at_end (default: the named protocol's, else success_once)"
+    )
     return parser
 
 
