@@ -45,7 +45,10 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, **kwargs: 
     # Ray's default is 100 KiB.
     system_config = dict(kwargs.pop("_system_config", None) or {})
     system_config.setdefault("max_direct_call_object_size", DIRECT_CALL_BYTES)
+    # address="local": start a Ray of our own. Without it, ray.init joins whatever local Ray
+    # another process (another user's run, a test) already started on this machine.
     ray.init(
+        address="local",
         _system_config=system_config,
         num_cpus=num_cpus,
         include_dashboard=False,
