@@ -74,7 +74,7 @@ class EnvConfig:
     simulator_type: str = MISSING  # a registered backend name (see `envfleet backends`)
     protocol: str | None = None  # a named evaluation protocol of the backend (see `envfleet protocols`): sets the keys it fixes
     protocol_overrides: list[str] = field(default_factory=list)  # keys set here on purpose over the protocol's values
-    task_suite_name: str | None = None  # LIBERO suite: libero_spatial, libero_object, libero_goal, libero_10, libero_90
+    task_suite_name: str | None = None  # a LIBERO or LIBERO-PRO suite, e.g. libero_spatial, libero_goal_task
     task_name: str | None = None  # Isaac Lab: a registered gymnasium task id
     env_id: str | None = None  # verl's Isaac key; used as task_name when that is unset
     num_envs: int = 4  # envs per stage, per worker
