@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from envfleet import ProcessEnvManager
 from envfleet.config import load_config
 from envfleet.env import EnvContext
 from envfleet.errors import ConfigError
 from envfleet.fingerprint import protocol
-from envfleet.manager import ProcessEnvManager
 from envfleet.plugins import get_backend
 from envfleet_libero.suites import DISTRACTOR_SUITES, PERTURBATIONS, SUITE_HORIZONS, SuiteIndex, default_instruction_source
 
