@@ -150,28 +150,40 @@ class EpisodeTracker:
             infos={},
         )
 
-    def record(self, k: int, simulated: np.ndarray, success: np.ndarray) -> None:
-        """Account sub-step ``k``: ``simulated`` envs ran it and ``success`` says which succeeded."""
+    def record(
+        self, k: int, simulated: np.ndarray, success: np.ndarray, fail: np.ndarray | None = None, reward: np.ndarray | None = None
+    ) -> None:
+        """Account sub-step ``k``: ``simulated`` envs ran it and ``success`` says which succeeded.
+
+        :param fail: envs whose task failed at this sub-step (a termination that is not a success),
+            for a simulator that reports failure (ManiSkill's ``info["fail"]``); ``None``: none.
+        :param reward: the simulator's own reward of this sub-step, per env, scaled by ``reward_coef``;
+            ``None``: ``reward_coef`` on success, else 0.
+        """
         c = self._chunk
         assert c is not None, "start_chunk() first"
         # Whole-array masks, no index arrays: a dozen ufunc calls whatever the batch size.
         sim = np.asarray(simulated, dtype=bool)
         succ = np.asarray(success, dtype=bool) & sim
+        term = succ if fail is None else succ | (np.asarray(fail, dtype=bool) & sim)
         self.length += sim
-        reward = succ * np.float32(self.reward_coef)
+        if reward is None:
+            reward = succ * np.float32(self.reward_coef)
+        else:
+            reward = np.where(sim, np.asarray(reward, dtype=np.float32) * np.float32(self.reward_coef), np.float32(0))
         self.ret += reward
         self.success_once |= succ
         self.last_success = np.where(sim, succ, self.last_success)
         trunc = sim & (self.length >= self.max_episode_steps)
-        ends = trunc | succ if not self.ignore_terminations else trunc
+        ends = trunc | term if not self.ignore_terminations else trunc
         if not self.ignore_terminations:
-            self.end_term |= succ
+            self.end_term |= term
         self.end_trunc |= trunc
         self.done |= ends
         c.ended |= ends
         c.rewards[:, k] = reward
         # Envs finished before this sub-step keep the flag that ended them.
-        c.terminations[:, k] = np.where(sim, succ, self.end_term)
+        c.terminations[:, k] = np.where(sim, term, self.end_term)
         c.truncations[:, k] = np.where(sim, trunc, self.end_trunc)
 
     def end_chunk(self) -> ChunkFlags:
