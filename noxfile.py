@@ -1,4 +1,4 @@
-"""nox sessions: tests, tests-core, tests-verl, tests-isaac, tests-metaworld, lint, typecheck, demo, bench, chaos, docs.
+"""nox sessions: tests, tests-core, tests-verl, tests-isaac, tests-metaworld, tests-maniskill, lint, typecheck, demo, bench, chaos, docs.
 
 Every session installs from the pinned files in requirements/, so a fresh machine
 gets the same versions. System packages (EGL/OSMesa for rendering) come from
@@ -15,7 +15,17 @@ import nox
 
 nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["lint", "typecheck", "tests", "tests-core", "tests-verl", "tests-isaac", "tests-metaworld", "docs"]
+nox.options.sessions = [
+    "lint",
+    "typecheck",
+    "tests",
+    "tests-core",
+    "tests-verl",
+    "tests-isaac",
+    "tests-metaworld",
+    "tests-maniskill",
+    "docs",
+]
 
 PY311 = "3.11"
 
@@ -35,6 +45,7 @@ PY312 = _python312()
 PACKAGES = ["packages/core", "packages/ray-worker", "packages/backend-libero"]
 TEST_PLUGINS = ["tests/plugins/envfleet-toy", "tests/plugins/envfleet-broken"]
 VERL_LOCK = "requirements/verl-py311.txt"
+MANISKILL_LOCK = "requirements/maniskill-py311.txt"
 RENDER_ENV = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
 
 
@@ -53,7 +64,7 @@ def _install_project(session: nox.Session, extra: list[str] | None = None, lock:
 def tests(session: nox.Session) -> None:
     """Everything that runs on Python 3.11 (core, toy, ray-worker, LIBERO, reliability)."""
     _install_project(session)
-    args = session.posargs or ["tests", "--ignore=tests/isaac", "--ignore=tests/verl"]
+    args = session.posargs or ["tests", "--ignore=tests/isaac", "--ignore=tests/verl", "--ignore=tests/maniskill"]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
 
 
@@ -115,6 +126,16 @@ def tests_metaworld(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=env)
 
 
+@nox.session(name="tests-maniskill", python=PY311)
+def tests_maniskill(session: nox.Session) -> None:
+    """ManiSkill3 on the CPU sim, rendering with Vulkan on the lavapipe that scripts/bootstrap unpacks."""
+    # The main lock plus ManiSkill's additions: the same pins as the tests session, one venv more.
+    _install_project(session, extra=["packages/backend-maniskill"])
+    session.install("--no-deps", "-r", MANISKILL_LOCK)
+    args = session.posargs or ["tests/maniskill"]
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=1800", "-ra", *args, env=RENDER_ENV)
+
+
 @nox.session(python=PY311)
 def lint(session: nox.Session) -> None:
     """ruff, and import-linter's contracts between the packages."""
@@ -138,6 +159,7 @@ def typecheck(session: nox.Session) -> None:
         "packages/backend-libero/src/envfleet_libero",
         "packages/backend-isaac/src/envfleet_isaac",
         "packages/backend-metaworld/src/envfleet_metaworld",
+        "packages/backend-maniskill/src/envfleet_maniskill",
     )
 
 
@@ -188,6 +210,8 @@ def docs(session: nox.Session) -> None:
         "packages/backend-isaac",
         "-e",
         "packages/backend-metaworld",
+        "-e",
+        "packages/backend-maniskill",
         "-e",
         "tests/plugins/envfleet-toy",
     )

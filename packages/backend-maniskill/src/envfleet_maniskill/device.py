@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from envfleet.errors import ConfigError
+from envfleet.vulkan_probe import lavapipe_icd
 
 __all__ = ["Placement", "SimBatch", "resolve", "cuda_gpu_present", "default_icd", "prepare_rendering", "make_batches"]
 
@@ -72,10 +73,7 @@ def resolve(section: Any) -> Placement:
 
 def default_icd() -> str:
     """Where ``scripts/vulkan-lavapipe`` (run by ``scripts/bootstrap``) writes lavapipe's ICD file."""
-    base = os.environ.get("ENVFLEET_VULKAN_DIR") or os.path.join(
-        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "envfleet", "vulkan"
-    )
-    return os.path.join(base, "lvp_icd.json")
+    return lavapipe_icd()
 
 
 def prepare_rendering(placement: Placement, icd: str | None) -> str:

@@ -16,7 +16,6 @@ Where envs live (single envs on the CPU sim, one batched env on CUDA) is decided
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -113,7 +112,9 @@ class ManiskillEnv(BatchedEnv):
                 )
         dim = self.batches[0].proprio().shape[1]
         if dim != self._spec["state"].shape[0]:
-            raise ValueError(f"the robot's state has {dim} entries, but the spec says {self._spec['state'].shape[0]}: set train.maniskill.state_dim={dim}")
+            raise ValueError(
+                f"the robot's state has {dim} entries, but the spec says {self._spec['state'].shape[0]}: set train.maniskill.state_dim={dim}"
+            )
 
     # ------------------------------------------------------------------ protocol
     def observation_spec(self) -> ObservationSpec:
@@ -128,7 +129,9 @@ class ManiskillEnv(BatchedEnv):
     def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
         state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=self.num_envs)
         self._reset(np.arange(self.num_envs), state_ids)
-        return ResetResult(obs=self.observations(), task_descriptions=self.descriptions(self._describe), infos={"state_id": state_ids.copy()})
+        return ResetResult(
+            obs=self.observations(), task_descriptions=self.descriptions(self._describe), infos={"state_id": state_ids.copy()}
+        )
 
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
         actions = check_actions(actions, self.num_envs, self.action_dim)

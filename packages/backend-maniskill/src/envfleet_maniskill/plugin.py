@@ -155,13 +155,13 @@ def observation_spec(cfg: Any, num_envs: int) -> ObservationSpec:
 
     name = task_name(cfg)
     _check_section(cfg)
-    instruction(cfg)
     names = [str(n) for n in cfg.init_params.camera_names]
     if not 1 <= len(names) <= 2:
         raise ConfigError(
             f"config key 'train.init_params.camera_names' must name 1 or 2 ManiSkill cameras (full_image, then wrist_image), got {names}"
         )
     refuse_downloads(name, _section(cfg).robot_uids)
+    instruction(cfg)
     h, w = int(cfg.init_params.camera_heights), int(cfg.init_params.camera_widths)
     spec = {"full_image": ArraySpec((h, w, 3), "uint8")}
     if len(names) == 2:

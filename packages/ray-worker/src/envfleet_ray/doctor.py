@@ -11,6 +11,9 @@ Checks, for the backends named (default: every installed one):
 - for a backend whose ``BackendSpec.renderer`` is ``"mujoco"``: ``MUJOCO_GL`` and
   ``PYOPENGL_PLATFORM`` agree, EGL and OSMesa each start a context (in child processes),
   and which GL vendor and renderer each gives, a GPU or a CPU rasterizer (llvmpipe);
+- for a backend whose ``BackendSpec.renderer`` is ``"vulkan"`` (SAPIEN, ManiSkill): the Vulkan device
+  it would render on, whether that is a software renderer, and the fix when none starts
+  (:mod:`envfleet.vulkan_probe`);
 - with NVIDIA GPUs: how EGL devices map to CUDA devices, and for the current
   ``CUDA_VISIBLE_DEVICES`` and each GPU it shows, which EGL device a rendering process
   opens and whether that is the GPU it computes on (:mod:`envfleet.diagnostics.egl_cuda`);
@@ -115,8 +118,11 @@ def doctor(names: Sequence[str] = (), measure: bool = False, out: Any = None) ->
     for spec in backends:
         emit(_import_finding(spec))
     rendering = [spec for spec in backends if spec.renderer == "mujoco"]
+    vulkan = [spec.name for spec in backends if spec.renderer == "vulkan"]
+    if vulkan:
+        emit(_vulkan_finding(vulkan))
     for spec in backends:
-        if spec.renderer not in (None, "mujoco"):
+        if spec.renderer not in (None, "mujoco", "vulkan"):
             emit(Finding("warn", f"backend {spec.name} renders through {spec.renderer!r}, which the doctor cannot probe"))
     if rendering:
         for finding in _rendering_findings([s.name for s in rendering]):
@@ -249,6 +255,20 @@ def _rendering_findings(names: list[str]) -> list[Finding]:
         )
     findings.extend(gpu_findings(egl.egl_devices, gpus))
     return findings
+
+
+def _vulkan_finding(names: list[str]) -> Finding:
+    """The Vulkan device SAPIEN would render on (:mod:`envfleet.vulkan_probe`), a software one flagged."""
+    from envfleet.vulkan_probe import VULKAN_FIX, probe_vulkan
+
+    who = ", ".join(names)
+    probe = probe_vulkan()
+    icd = f"VK_ICD_FILENAMES={probe.icd}" if probe.icd else "the system's Vulkan drivers"
+    if not probe.ok:
+        return Finding("FAIL", f"Vulkan does not start for {who} ({icd}): {probe.error}", VULKAN_FIX)
+    first = probe.devices[0]
+    kind = "software renderer on the CPU" if first.software else first.kind
+    return Finding("ok", f"Vulkan for {who}: renders on {first.name} ({kind}, Vulkan {first.api}; {icd})")
 
 
 def gpu_findings(egl_devices: Sequence[Any], gpus: Sequence[Any]) -> list[Finding]:

@@ -50,7 +50,8 @@ class BackendSpec:
         (its simulator, renderer bindings, benchmark assets), recorded in every result's
         protocol fingerprint next to envfleet's and :attr:`package`'s.
     :param renderer: the GL stack its cameras render through, for ``envfleet doctor``: ``"mujoco"``
-        (MuJoCo's offscreen renderer on EGL or OSMesa, chosen by ``MUJOCO_GL``), or ``None`` when it
+        (MuJoCo's offscreen renderer on EGL or OSMesa, chosen by ``MUJOCO_GL``), ``"vulkan"`` (SAPIEN's
+        renderer: a Vulkan device, lavapipe on a CPU), or ``None`` when it
         needs no OpenGL (it renders without GL, or not at all).
     :param package: the distribution that provides it (shown by ``envfleet backends``).
     :param description: one line for listings.
