@@ -19,6 +19,7 @@ SCHEMAS = {
     "libero": ("envfleet_libero.plugin", ["LiberoConfig"]),
     "isaac": ("envfleet_isaac.plugin", ["IsaacConfig"]),
     "metaworld": ("envfleet_metaworld.plugin", ["MetaworldConfig"]),
+    "maniskill": ("envfleet_maniskill.plugin", ["ManiskillConfig"]),
     "toy": ("envfleet_toy.plugin", ["ToyConfig"]),
 }
 PREFIX = {
@@ -30,6 +31,7 @@ PREFIX = {
     "LiberoConfig": "train.libero.",
     "IsaacConfig": "train.isaac.",
     "MetaworldConfig": "train.metaworld.",
+    "ManiskillConfig": "train.maniskill.",
     "ToyConfig": "train.toy.",
 }
 
