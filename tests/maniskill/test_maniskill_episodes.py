@@ -14,7 +14,7 @@ import pytest
 
 from envfleet.config import load_config
 from envfleet.errors import ConfigError
-from envfleet.manager import ProcessEnvManager
+from envfleet.shards.manager import ProcessEnvManager
 
 from .common import CHUNK, moving_actions, plain_maniskill
 

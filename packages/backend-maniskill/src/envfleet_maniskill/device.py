@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from envfleet.diagnostics.vulkan_probe import lavapipe_icd
 from envfleet.errors import ConfigError
-from envfleet.vulkan_probe import lavapipe_icd
 
 __all__ = ["Placement", "SimBatch", "resolve", "cuda_gpu_present", "default_icd", "prepare_rendering", "make_batches"]
 

@@ -13,7 +13,7 @@ Checks, for the backends named (default: every installed one):
   and which GL vendor and renderer each gives, a GPU or a CPU rasterizer (llvmpipe);
 - for a backend whose ``BackendSpec.renderer`` is ``"vulkan"`` (SAPIEN, ManiSkill): the Vulkan device
   it would render on, whether that is a software renderer, and the fix when none starts
-  (:mod:`envfleet.vulkan_probe`);
+  (:mod:`envfleet.diagnostics.vulkan_probe`);
 - with NVIDIA GPUs: how EGL devices map to CUDA devices, and for the current
   ``CUDA_VISIBLE_DEVICES`` and each GPU it shows, which EGL device a rendering process
   opens and whether that is the GPU it computes on (:mod:`envfleet.diagnostics.egl_cuda`);
@@ -258,8 +258,8 @@ def _rendering_findings(names: list[str]) -> list[Finding]:
 
 
 def _vulkan_finding(names: list[str]) -> Finding:
-    """The Vulkan device SAPIEN would render on (:mod:`envfleet.vulkan_probe`), a software one flagged."""
-    from envfleet.vulkan_probe import VULKAN_FIX, probe_vulkan
+    """The Vulkan device SAPIEN would render on (:mod:`envfleet.diagnostics.vulkan_probe`), a software one flagged."""
+    from envfleet.diagnostics.vulkan_probe import VULKAN_FIX, probe_vulkan
 
     who = ", ".join(names)
     probe = probe_vulkan()
