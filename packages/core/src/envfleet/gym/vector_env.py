@@ -26,19 +26,16 @@ off: the face decides when an env is reset, with partial resets of the manager.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
-from omegaconf import DictConfig, OmegaConf
 
-from ..config import load_config
 from ..env import ObservationSpec
 from ..errors import ConfigError, InvalidInputError
+from ..faces import StateWalk, as_config
 from ..plugins import BackendSpec
 from ..shards.manager import ProcessEnvManager
 from .infos import masked_infos, merge_infos, object_column
@@ -49,17 +46,6 @@ __all__ = ["STEP_MODES", "EnvfleetVectorEnv", "make_vector_env"]
 STEP_MODES = ("chunk", "action")
 
 _RESET_OPTIONS = ("reset_mask", "state_ids", "task_ids")
-
-
-def _as_config(config: Any, overrides: list[str]) -> DictConfig:
-    if isinstance(config, (str, os.PathLike)):
-        return load_config(config, overrides)
-    if isinstance(config, (Mapping, DictConfig)):
-        data = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
-        return load_config(None, overrides, data=data)  # type: ignore[arg-type]
-    raise ConfigError(
-        f"config must be a YAML path, a dict or a DictConfig (anything envfleet.load_config accepts), got {type(config).__name__}"
-    )
 
 
 def _autoreset(mode: Any) -> AutoresetMode:
@@ -119,7 +105,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         self.autoreset_mode = _autoreset(autoreset_mode)
         self.step_mode = step
         overrides = ["actor.model.num_action_chunks=1"] if step == "action" else []
-        cfg = _as_config(config, overrides)
+        cfg = as_config(config, overrides)
         env_cfg = cfg[mode]
         if env_cfg.auto_reset:
             raise ConfigError(
@@ -147,12 +133,10 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         self._image_key = next((k for k, s in self.manager.obs_spec.items() if len(s.shape) == 3), None)
         self._obs: dict[str, np.ndarray] | None = None
         self._ended = np.zeros(self.num_envs, dtype=bool)  # the episode ended at the last step
-        self._order = np.zeros(0, dtype=np.int64)
-        self._order_pos = 0
-        self._seed_states(int(env_cfg.seed))
+        self._seed = int(env_cfg.seed)
         try:
             self.manager.start_simulator()
-            self._all_state_ids = self.manager.get_all_state_ids()
+            self._walk = StateWalk(self.manager.get_all_state_ids(), self._seed)
         except BaseException:
             self.manager.close()
             raise
@@ -172,7 +156,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
             if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
                 raise TypeError(f"seed must be an int (it shuffles the walk over state ids) or None, got {seed!r}")
             super().reset(seed=int(seed))
-            self._seed_states(int(seed))
+            self._walk.seed(int(seed))
         options = dict(options or {})
         unknown = sorted(set(options) - set(_RESET_OPTIONS))
         if unknown:
@@ -182,7 +166,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         state_ids = self._ids_for("state_ids", options.get("state_ids"), mask, count)
         task_ids = self._ids_for("task_ids", options.get("task_ids"), mask, count)
         if state_ids is None:
-            state_ids = self._next_states(count)
+            state_ids = self._walk.take(count)
         if self._obs is None or mask.all():
             result = self.manager.reset_envs_to_state_ids(state_ids, task_ids)
         else:
@@ -227,7 +211,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         ended = terminated | truncated
         if self.autoreset_mode is AutoresetMode.NEXT_STEP:
             if pending.any():
-                reset = self.manager.reset_some_envs(np.nonzero(pending)[0], self._next_states(int(pending.sum())))
+                reset = self.manager.reset_some_envs(np.nonzero(pending)[0], self._walk.take(int(pending.sum())))
                 obs = dict(reset.obs)
                 rewards[pending] = 0.0
                 terminated[pending] = False
@@ -239,7 +223,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
             for i in np.nonzero(ended)[0]:
                 final_obs[i] = {key: value[i].copy() for key, value in obs.items()}
             final_info = masked_infos(values, ended)
-            reset = self.manager.reset_some_envs(np.nonzero(ended)[0], self._next_states(int(ended.sum())))
+            reset = self.manager.reset_some_envs(np.nonzero(ended)[0], self._walk.take(int(ended.sum())))
             obs = dict(reset.obs)
             # As gymnasium's SyncVectorEnv: a reset env's infos are its reset's, its last step's are final_info.
             infos = merge_infos(masked_infos(values, ~ended), masked_infos(self._reset_values(reset), ended))
@@ -312,20 +296,6 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
                 f"options[{name!r}] must have one id per env ({self.num_envs},) or per env of reset_mask ({count},), got shape {arr.shape}"
             )
         return arr
-
-    def _seed_states(self, seed: int) -> None:
-        self._walk_rng = np.random.default_rng(seed)
-        self._order_pos = len(self._order)  # reshuffle at the next draw
-
-    def _next_states(self, count: int) -> np.ndarray:
-        out = np.empty(count, dtype=np.int64)
-        for j in range(count):
-            if self._order_pos >= len(self._order):
-                self._order = self._walk_rng.permutation(self._all_state_ids)
-                self._order_pos = 0
-            out[j] = self._order[self._order_pos]
-            self._order_pos += 1
-        return out
 
     @staticmethod
     def _reset_values(result: Any) -> dict[str, np.ndarray]:
