@@ -1,4 +1,4 @@
-"""nox sessions: tests, tests-core, tests-verl, tests-isaac, tests-metaworld, tests-maniskill, lint, typecheck, demo, bench, chaos, docs.
+"""nox sessions: tests, tests-core, tests-verl, tests-torchrl, tests-isaac, tests-metaworld, tests-maniskill, lint, typecheck, demo, bench, chaos, docs.
 
 Every session installs from the pinned files in requirements/, so a fresh machine
 gets the same versions. System packages (EGL/OSMesa for rendering) come from
@@ -21,6 +21,7 @@ nox.options.sessions = [
     "tests",
     "tests-core",
     "tests-verl",
+    "tests-torchrl",
     "tests-isaac",
     "tests-metaworld",
     "tests-maniskill",
@@ -64,7 +65,7 @@ def _install_project(session: nox.Session, extra: list[str] | None = None, lock:
 def tests(session: nox.Session) -> None:
     """Everything that runs on Python 3.11 (core, toy, ray-worker, LIBERO, reliability)."""
     _install_project(session)
-    args = session.posargs or ["tests", "--ignore=tests/isaac", "--ignore=tests/verl", "--ignore=tests/maniskill"]
+    args = session.posargs or ["tests", "--ignore=tests/isaac", "--ignore=tests/verl", "--ignore=tests/maniskill", "--ignore=tests/torchrl"]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
 
 
@@ -87,6 +88,24 @@ def tests_verl(session: nox.Session) -> None:
     _install_project(session, lock=VERL_LOCK)
     args = session.posargs or ["tests/verl", "tests/core", "tests/ray_worker"]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
+
+
+@nox.session(name="tests-torchrl", venv_backend="none")
+def tests_torchrl(session: nox.Session) -> None:
+    """The TorchRL face (torchrl 0.10.1) in tests-verl's venv: verl's lock holds torchrl too, since both
+    cap tensordict at 0.10 (tests-verl runs core's tests on that lock). Runs after tests-verl; builds
+    the venv the same way when it is missing."""
+    venv = os.path.join(os.getcwd(), ".nox", "tests-verl")
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        session.run("python3.11", "-m", "venv", venv, external=True)
+        session.run(python, "-m", "pip", "install", "-q", "--no-deps", "-r", VERL_LOCK, external=True)
+        args = []
+        for path in [*PACKAGES, *TEST_PLUGINS]:
+            args += ["-e", path]
+        session.run(python, "-m", "pip", "install", "-q", "--no-deps", *args, external=True)
+    args = session.posargs or ["tests/torchrl"]
+    session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV, external=True)
 
 
 @nox.session(name="tests-isaac", python=PY312)
