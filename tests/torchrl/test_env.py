@@ -61,13 +61,15 @@ def test_rollout_with_partial_resets(env) -> None:
 
 def test_partial_reset_keeps_the_other_envs(env) -> None:
     first = env.reset(TensorDict({"state_ids": torch.tensor([1, 2, 3])}, batch_size=[3]))
-    action = env.action_spec.rand()
-    stepped = env.step(first.set("action", action))["next"]
+    stepped = env.step(first.set("action", env.action_spec.rand()))["next"]
     again = env.reset(
         TensorDict({"_reset": torch.tensor([[False], [True], [False]]), "state_ids": torch.tensor([0, 9, 0])}, batch_size=[3])
     )
-    assert torch.equal(again["state"][[0, 2]], stepped["state"][[0, 2]])
-    assert not torch.equal(again["state"][1], first["state"][1])  # state 9 starts elsewhere than state 2
+    assert not torch.equal(again["state"][1], first["state"][1])  # env 1 starts at state 9
+    # A zero action moves nothing: envs 0 and 2 are where their episodes were, env 1 at state 9's start.
+    still = env.step(again.set("action", torch.zeros(3, CHUNK, 7)))["next"]
+    assert torch.equal(still["state"][[0, 2]], stepped["state"][[0, 2]])
+    assert torch.equal(still["state"][1], again["state"][1])
     fresh = env.manager.reset_envs_to_state_ids(np.array([9, 9, 9]))  # the same backend, whole-stage reset to state 9
     np.testing.assert_array_equal(again["state"][1].numpy(), fresh.obs["state"][1])
 
