@@ -24,8 +24,8 @@ from torchrl.envs import EnvBase
 
 from ..errors import ConfigError, InvalidInputError
 from ..faces import StateWalk, as_config
-from ..shards.manager import ProcessEnvManager
 from ..plugins import BackendSpec
+from ..shards.manager import ProcessEnvManager
 
 __all__ = ["EnvfleetEnv", "make_env"]
 
