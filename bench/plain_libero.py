@@ -2,7 +2,8 @@
 
     python bench/plain_libero.py HW RENDER CHUNK CHUNKS INDEX NPROCS BARRIER_DIR
 
-Builds libero_spatial task 0's OffScreenRenderEnv (through envfleet_libero's LiberoSim,
+Builds libero_spatial task 0's OffScreenRenderEnv (through envfleet_libero's LiberoSim on
+LIBERO's own step loop, ``physics="libero"``,
 which only adds the switch that skips camera rendering on sub-steps nobody reads),
 resets it, waits until all NPROCS loops are ready, then steps CHUNKS chunks of CHUNK
 random actions, rendering every sub-step (RENDER=all) or the last of each chunk
@@ -27,7 +28,7 @@ def main() -> None:
 
     suite = SuiteIndex("libero_spatial")
     task = suite.tasks[0]
-    sim = LiberoSim(task, ["agentview", "robot0_eye_in_hand"], hw_i, hw_i)
+    sim = LiberoSim(task, ["agentview", "robot0_eye_in_hand"], hw_i, hw_i, physics="libero")
     sim.reset(task.init_states[int(index) % len(task.init_states)], seed=42, settle_steps=10, render_all=render == "all")
     rng = np.random.default_rng(int(index))
     actions = (rng.uniform(-1, 1, (chunks_i + 1, chunk_i, 7)) * 0.3).astype(np.float64)

@@ -52,7 +52,8 @@ from envfleet.validation import StateTable, as_env_ids, check_actions, check_res
 
 from .actions import ACTION_DIM, SETTLE_ACTION, apply_action_transform
 from .gl import configure_gl
-from .plugin import DEFAULT_MAX_EPISODE_STEPS, camera_names, check_suite, observation_spec
+from .physics import FastStep, fast_step_refusal, restore, snapshot
+from .plugin import DEFAULT_MAX_EPISODE_STEPS, camera_names, check_suite, observation_spec, physics_mode
 from .scenes import Scene, building_dense, scene_cache
 from .suites import SuiteIndex, TaskInfo, instruction_source
 
@@ -74,26 +75,17 @@ def make_state8(obs: dict[str, Any]) -> np.ndarray:
     return np.concatenate([obs["robot0_eef_pos"], axis_angle, obs["robot0_gripper_qpos"]]).astype(np.float32)
 
 
-def _plain_attrs(obj: Any) -> dict[str, Any]:
-    """Copies of an object's array and number attributes (its numeric state)."""
-    out: dict[str, Any] = {}
-    for key, value in vars(obj).items():
-        if isinstance(value, np.ndarray) and value.dtype != object:
-            out[key] = value.copy()
-        elif isinstance(value, (bool, int, float, np.number, np.bool_)):
-            out[key] = value
-    return out
-
-
 class LiberoSim:
     """One task's LIBERO ``OffScreenRenderEnv`` with lazy camera rendering and exact snapshots.
 
     :param task: the task to build.
     :param cameras: camera names; their images are observations ``{name}_image``.
     :param height, width: image size.
+    :param physics: ``fast``: :class:`.physics.FastStep` where it is identical to LIBERO's
+        loop (LIBERO's own ``env.step`` otherwise, logged); ``libero``: LIBERO's ``env.step``.
     """
 
-    def __init__(self, task: TaskInfo, cameras: list[str], height: int, width: int) -> None:
+    def __init__(self, task: TaskInfo, cameras: list[str], height: int, width: int, physics: str = "fast") -> None:
         from libero.libero.envs import OffScreenRenderEnv
         from libero.libero.envs.bddl_utils import get_problem_info
 
@@ -124,6 +116,11 @@ class LiberoSim:
         self._closed = False
         how = "compiled" if self.scenes.compiles > compiles else "on the process's cached scene"
         _log(f"built task {task.index} ({task.name}), {how}, in {time.perf_counter() - t0:.1f} s")
+        #: Why this env runs LIBERO's own step loop although ``physics: fast`` asked otherwise (None: it does not).
+        self.fast_refusal = fast_step_refusal(self.renv) if physics == "fast" else None
+        self._fast = FastStep(self.renv) if physics == "fast" and self.fast_refusal is None else None
+        if self.fast_refusal is not None:
+            _log(f"task {task.index}: LIBERO's own step loop, not the fast one: {self.fast_refusal}")
 
     @property
     def scene(self) -> Scene:
@@ -241,6 +238,8 @@ class LiberoSim:
         """One ``env.step``; with ``render=False`` the image entries of the result are stale."""
         self.skip_render = not render
         try:
+            if self._fast is not None:
+                return self._fast(action)
             obs, _reward, _done, _info = self.env.step(action)
         finally:
             self.skip_render = False
@@ -252,53 +251,12 @@ class LiberoSim:
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self) -> dict[str, Any]:
-        """Everything the next ``step`` depends on, as plain arrays (picklable).
-
-        MuJoCo's full integration state (``mjSTATE_INTEGRATION``: time, qpos, qvel, act,
-        warm start, controls, applied forces, mocap, ...; the flattened ``get_state()``
-        has only time, qpos, qvel), the controllers' and grippers' numeric attributes
-        (OSC keeps its orientation goal across steps; the gripper accumulates its command),
-        the observables' sampling clocks and last values, and robosuite's step counters.
-        The compiled model is not included: a rebuild with the same seed reproduces it.
-        """
-        import mujoco
-
-        model, data = self.renv.sim.model._model, self.renv.sim.data._data
-        what = mujoco.mjtState.mjSTATE_INTEGRATION
-        state = np.empty(mujoco.mj_stateSize(model, what), dtype=np.float64)
-        mujoco.mj_getState(model, data, state, what)
-        return {
-            "mj_state": state,
-            "robots": [
-                {"controller": _plain_attrs(r.controller), "gripper": _plain_attrs(r.gripper) if getattr(r, "gripper", None) else {}}
-                for r in self.renv.robots
-            ],
-            "observables": {
-                name: (ob._time_since_last_sample, ob._sampled, ob._current_delay, np.array(ob._current_observed_value, copy=True))
-                for name, ob in self.renv._observables.items()
-            },
-            "obs_cache": {k: np.array(v, copy=True) for k, v in self.renv._obs_cache.items()},
-            "counters": (self.renv.timestep, self.renv.cur_time, self.renv.done),
-        }
+        """Everything the next ``step`` depends on, as plain arrays (picklable): :func:`.physics.snapshot`."""
+        return snapshot(self.renv)
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Return to a :meth:`snapshot` taken on this task (in this or another process)."""
-        import mujoco
-
-        model, data = self.renv.sim.model._model, self.renv.sim.data._data
-        mujoco.mj_setState(model, data, np.asarray(snap["mj_state"], dtype=np.float64), mujoco.mjtState.mjSTATE_INTEGRATION)
-        mujoco.mj_forward(model, data)
-        for robot, saved in zip(self.renv.robots, snap["robots"]):
-            for key, value in saved["controller"].items():
-                setattr(robot.controller, key, value.copy() if isinstance(value, np.ndarray) else value)
-            for key, value in saved["gripper"].items():
-                setattr(robot.gripper, key, value.copy() if isinstance(value, np.ndarray) else value)
-        for name, (since, sampled, delay, value) in snap["observables"].items():
-            ob = self.renv._observables[name]
-            ob._time_since_last_sample, ob._sampled, ob._current_delay = since, sampled, delay
-            ob._current_observed_value = value.copy() if isinstance(value, np.ndarray) and value.ndim else value
-        self.renv._obs_cache = {k: np.array(v, copy=True) for k, v in snap["obs_cache"].items()}
-        self.renv.timestep, self.renv.cur_time, self.renv.done = snap["counters"]
+        restore(self.renv, snap)
 
     def close(self) -> None:
         """Free the env and hand its scene back to the cache. Safe to call twice."""
@@ -338,6 +296,7 @@ class LiberoEnv(BatchedEnv):
         self.seed = int(cfg.seed)
         self.settle_steps = int(cfg.settle_steps)
         self.action_transform = str(cfg.action_transform)
+        self.physics = physics_mode(cfg)
         self._spec = observation_spec(cfg, self.num_envs)
         t0 = time.perf_counter()
         self.suite = SuiteIndex(self.suite_name, instruction_source(cfg))
@@ -357,11 +316,17 @@ class LiberoEnv(BatchedEnv):
         return dict(self._spec)
 
     def renderer_info(self) -> dict[str, str]:
-        """The GL platform chosen for this process and the GL strings of a built simulator's context."""
+        """The GL platform chosen for this process and the GL strings of a built simulator's context.
+
+        Also ``physics`` when ``physics: fast`` had to fall back to LIBERO's own step loop; the
+        fast loop itself is not recorded: its episodes are LIBERO's, bit for bit.
+        """
         info = {"platform": os.environ.get("MUJOCO_GL", self.mujoco_gl)}
         sim = next((sim for sim in self.sims if sim is not None), None)
         if sim is not None:
             info.update(sim.gl_strings())
+            if sim.fast_refusal is not None:
+                info["physics"] = f"libero step loop ({sim.fast_refusal})"
         return info
 
     def get_all_state_ids(self) -> np.ndarray:
@@ -475,7 +440,7 @@ class LiberoEnv(BatchedEnv):
         # The GL platform is settled before the first simulator import, not in __init__:
         # listing state ids must stay cheap (the EGL check spawns a process).
         configure_gl(self.mujoco_gl)
-        sim = LiberoSim(self.suite.tasks[task], self.cameras, self.height, self.width)
+        sim = LiberoSim(self.suite.tasks[task], self.cameras, self.height, self.width, self.physics)
         self.sims[i] = sim
         return sim
 

@@ -27,6 +27,7 @@ __all__ = [
     "camera_names",
     "envs_per_process",
     "protocol_parts",
+    "physics_mode",
     "observation_spec",
     "envfleet_register_backends",
 ]
@@ -53,6 +54,7 @@ class LiberoConfig:
     # the instruction the policy is shown: task_language (LIBERO's task.language, from the BDDL file name) or
     # bddl_language (the BDDL's (:language ...)); null: task_language for LIBERO's suites, bddl_language for LIBERO-PRO's
     instruction_source: str | None = None
+    physics: str = "fast"  # fast: one MuJoCo forward pass per sub-step (bit-identical to LIBERO's); libero: LIBERO's own env.step
 
 
 def camera_names(cfg: Any) -> list[str]:
@@ -72,11 +74,26 @@ def _check_libero_section(cfg: Any) -> None:
         raise ConfigError(f"config key 'train.libero.mujoco_gl' must be 'egl' or 'osmesa', got {gl!r}")
     envs_per_process(cfg)
     instruction_source(cfg)
+    physics_mode(cfg)
 
 
 def protocol_parts(cfg: Any) -> dict[str, Any]:
     """What of ``train.libero`` decides a result: the instruction source (for the fingerprint)."""
     return {"instruction_source": instruction_source(cfg)}
+
+
+def physics_mode(cfg: Any) -> str:
+    """``train.libero.physics``: ``fast`` (default) or ``libero`` (LIBERO's own step loop)."""
+    section = cfg.get("libero") if hasattr(cfg, "get") else None
+    value = None if section is None else section.get("physics")
+    if value is None:
+        return LiberoConfig.physics
+    if value not in ("fast", "libero"):
+        raise ConfigError(
+            f"config key 'train.libero.physics' must be 'fast' (one MuJoCo forward pass per sub-step) or 'libero' "
+            f"(LIBERO's own env.step), got {value!r}"
+        )
+    return str(value)
 
 
 def envs_per_process(cfg: Any) -> int:

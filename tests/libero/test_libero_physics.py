@@ -1,0 +1,192 @@
+"""The fast step loop (``train.libero.physics: fast``, the default) is LIBERO's own, bit for bit.
+
+The reference is LIBERO's own ``OffScreenRenderEnv`` run alone, one per process, with
+the evaluation protocol (seed, reset, ``set_init_state``, settle steps, then three
+chunks of random actions that move the arm, rendering every step). The backend runs
+two envs of one task in one ``LiberoEnv`` (dense: they share the task's compiled scene),
+each with its own actions, with ``render: last`` and the fast loop. After the reset
+and after each chunk the images and the 8-dim state must be equal, and after the third
+chunk MuJoCo's whole integration state (``mjSTATE_INTEGRATION``: time, qpos, qvel, act,
+warm start, controls, applied forces, mocap).
+
+One task per suite, with a drawer, microwave or stove where the suite has one:
+libero_spatial 4 (its drawer starts open), libero_goal 7 (turn on the stove), libero_10 9
+(the microwave starts open). libero_object's scenes have no fixture but the floor and a
+basket; its task 0 stands for it.
+
+Every simulator runs in a spawned child process: a plain LIBERO env never makes its GL
+context current, so it cannot share a process with another one.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+import pytest
+
+from envfleet.config import load_config
+from envfleet.errors import ConfigError
+
+SEED = 42
+SETTLE = 4
+CHUNK = 4
+CHUNKS = 3
+SIZE = 128
+CAMERAS = ["agentview", "robot0_eye_in_hand"]
+# (suite, task, [trial of env 0, trial of env 1])
+CASES = [("libero_spatial", 4, [0, 3]), ("libero_object", 0, [0, 5]), ("libero_goal", 7, [0, 2]), ("libero_10", 9, [2, 5])]
+
+
+def _actions(seed: int) -> np.ndarray:
+    """CHUNKS chunks of random actions that move the arm: [CHUNKS, CHUNK, 7] float32."""
+    rng = np.random.default_rng(seed)
+    arm = rng.uniform(-1.0, 1.0, size=(CHUNKS, CHUNK, 6))
+    gripper = np.sign(rng.uniform(-1.0, 1.0, size=(CHUNKS, CHUNK, 1)))
+    return np.concatenate([arm, gripper], axis=-1).astype(np.float32)
+
+
+def _integration_state(sim: Any) -> np.ndarray:
+    import mujoco
+
+    model, data = sim.model._model, sim.data._data
+    what = mujoco.mjtState.mjSTATE_INTEGRATION
+    out = np.empty(mujoco.mj_stateSize(model, what), dtype=np.float64)
+    mujoco.mj_getState(model, data, out, what)
+    return out
+
+
+def _frame(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    from envfleet_libero.env import make_state8
+
+    return {
+        "full_image": obs["agentview_image"][::-1, ::-1].copy(),
+        "wrist_image": obs["robot0_eye_in_hand_image"][::-1, ::-1].copy(),
+        "state": make_state8(obs),
+    }
+
+
+def run_libero_alone(suite: str, task: int, trial: int, actions: np.ndarray) -> dict[str, Any]:
+    """In a child: LIBERO's own env, frames after settling and after each chunk, and the final MuJoCo state."""
+    from envfleet_libero.gl import configure_gl
+
+    configure_gl(os.environ.get("MUJOCO_GL", "egl"))
+    from libero.libero import benchmark
+    from libero.libero.envs import OffScreenRenderEnv
+
+    bench = benchmark.get_benchmark_dict()[suite]()
+    env = OffScreenRenderEnv(
+        bddl_file_name=bench.get_task_bddl_file_path(task), camera_heights=SIZE, camera_widths=SIZE, camera_names=CAMERAS
+    )
+    try:
+        env.seed(SEED)
+        env.reset()
+        obs = env.set_init_state(bench.get_task_init_states(task)[trial])
+        for _ in range(SETTLE):
+            obs, _, _, _ = env.step([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0])
+        frames = [_frame(obs)]
+        for chunk in actions:
+            for action in chunk:
+                obs, _, _, _ = env.step(action.astype(np.float64))
+            frames.append(_frame(obs))
+        return {"frames": frames, "mj_state": _integration_state(env.env.sim)}
+    finally:
+        env.close()
+
+
+def _cfg(suite: str, num_envs: int, physics: Any = "fast") -> Any:
+    return load_config(
+        data={
+            "train": {
+                "simulator_type": "libero",
+                "task_suite_name": suite,
+                "num_envs": num_envs,
+                "seed": SEED,
+                "settle_steps": SETTLE,
+                "render": "last",
+                "init_params": {"camera_heights": SIZE, "camera_widths": SIZE, "camera_names": CAMERAS},
+                "libero": {"physics": physics},
+            },
+            "actor": {"model": {"num_action_chunks": CHUNK, "action_dim": 7}},
+        }
+    )
+
+
+def run_backend(suite: str, state_ids: list[int], actions: np.ndarray) -> dict[str, Any]:
+    """In a child: one ``LiberoEnv`` holding every env (``actions``: [n, CHUNKS, CHUNK, 7]); frames, states, loop used."""
+    from envfleet.env import EnvContext
+    from envfleet_libero.env import LiberoEnv
+
+    n = len(state_ids)
+    env = LiberoEnv(_cfg(suite, n).train, EnvContext(num_envs=n, action_dim=7, num_action_chunks=CHUNK))
+    try:
+        first = env.reset_envs_to_state_ids(np.array(state_ids))
+        frames = [[{k: v[i].copy() for k, v in first.obs.items()}] for i in range(n)]
+        for c in range(actions.shape[1]):
+            step = env.chunk_step(actions[:, c])
+            assert not (step.terminations.any() or step.truncations.any())
+            for i in range(n):
+                frames[i].append({k: v[i].copy() for k, v in step.obs.items()})
+        sims = [sim for sim in env.sims if sim is not None]
+        out = {
+            "frames": frames,
+            "mj_state": [_integration_state(sim.renv.sim) for sim in sims],
+            "fast": [sim._fast is not None for sim in sims],
+            "one_scene": all(sim.scene is sims[0].scene for sim in sims),
+            "renderer": env.renderer_info(),
+        }
+        # The fallback: a model whose integrator the split does not implement gets LIBERO's loop, said so.
+        import mujoco
+
+        sims[0].renv.sim.model.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
+        sims[0].close()
+        env.sims[0] = None
+        env.reset_envs_to_state_ids(np.array(state_ids))  # env 0 is built again, on the scene env 1 keeps
+        out["rk4"] = {"fast": env.sims[0]._fast is not None, "refusal": env.sims[0].fast_refusal, "renderer": env.renderer_info()}
+        env.chunk_step(actions[:, 0])
+        return out
+    finally:
+        env.close()
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[ProcessPoolExecutor]:
+    # A fresh process per job (a LIBERO env is ~1.6 GB); two at a time on this 2-core machine.
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1) as ex:
+        yield ex
+
+
+@pytest.mark.parametrize("suite,task,trials", CASES, ids=[c[0] for c in CASES])
+def test_fast_loop_equals_libero_alone(suite: str, task: int, trials: list[int], pool: ProcessPoolExecutor) -> None:
+    from libero.libero import benchmark
+
+    bench = benchmark.get_benchmark_dict()[suite]()
+    first_id = sum(len(bench.get_task_init_states(t)) for t in range(task))
+    actions = np.stack([_actions(7919 * j + 1000 * task + trial) for j, trial in enumerate(trials)])
+    refs = [pool.submit(run_libero_alone, suite, task, trial, actions[j]) for j, trial in enumerate(trials)]
+    ours = pool.submit(run_backend, suite, [first_id + t for t in trials], actions).result()
+    assert ours["fast"] == [True, True] and ours["one_scene"], "the envs must run the fast loop on one shared scene"
+    assert "physics" not in ours["renderer"], "the fast loop is not part of the fingerprint"
+    for j, ref in enumerate(r.result() for r in refs):
+        moved = np.abs(ref["frames"][-1]["state"][:3] - ref["frames"][0]["state"][:3]).max()
+        assert moved > 0.01, f"the arm barely moved ({moved:.4f} m): the check would be weak"
+        for c, (mine, theirs) in enumerate(zip(ours["frames"][j], ref["frames"], strict=True)):
+            when = "after the reset" if c == 0 else f"after chunk {c}"
+            for key in ("full_image", "wrist_image", "state"):
+                np.testing.assert_array_equal(mine[key], theirs[key], err_msg=f"{suite} task {task} env {j}: {key} differs {when}")
+        np.testing.assert_array_equal(
+            ours["mj_state"][j], ref["mj_state"], err_msg=f"{suite} task {task} env {j}: mjSTATE_INTEGRATION differs after {CHUNKS} chunks"
+        )
+    rk4 = ours["rk4"]
+    assert not rk4["fast"] and "mjINT_RK4" in rk4["refusal"]
+    assert rk4["renderer"]["physics"].startswith("libero step loop"), "the fallback is part of the fingerprint"
+
+
+def test_physics_key_is_checked() -> None:
+    assert _cfg("libero_spatial", 1, "libero").train.libero.physics == "libero"
+    with pytest.raises(ConfigError, match=r"train\.libero\.physics.*'fast'.*'libero'.*got 'mj_step'"):
+        _cfg("libero_spatial", 1, "mj_step")
