@@ -1,13 +1,15 @@
-"""One plain LIBERO loop (no envfleet manager, processes or shared memory): the limit for bench_libero.
+"""One plain LIBERO loop (no envfleet manager, processes or shared memory): the limit for the libero section.
 
-    python bench/plain_libero.py HW RENDER CHUNK CHUNKS INDEX NPROCS BARRIER_DIR
+    python bench/plain_libero.py HW RENDER CHUNK INDEX
 
 Builds libero_spatial task 0's OffScreenRenderEnv (through envfleet_libero's LiberoSim on
-LIBERO's own step loop, ``physics="libero"``,
-which only adds the switch that skips camera rendering on sub-steps nobody reads),
-resets it, waits until all NPROCS loops are ready, then steps CHUNKS chunks of CHUNK
-random actions, rendering every sub-step (RENDER=all) or the last of each chunk
-(RENDER=last). Prints JSON with the wall-clock start and end of the stepping.
+LIBERO's own step loop, ``physics="libero"``, which only adds the switch that skips camera
+rendering on sub-steps nobody reads), resets it, steps one warm-up chunk and prints
+``ready``. Then, for every ``chunk`` line on stdin, it steps one chunk of CHUNK random
+actions, rendering every sub-step (RENDER=all) or the last of the chunk (RENDER=last),
+and prints JSON with the wall-clock start and end of that chunk; ``quit`` ends it. The
+parent sends ``chunk`` to all its loops at once, so they step side by side, and can
+alternate them with other variants.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import numpy as np
 
 
 def main() -> None:
-    hw, render, chunk, chunks, index, nprocs, barrier = sys.argv[1:8]
-    hw_i, chunk_i, chunks_i, nprocs_i = int(hw), int(chunk), int(chunks), int(nprocs)
+    hw, render, chunk, index = sys.argv[1:5]
+    hw_i, chunk_i = int(hw), int(chunk)
     os.environ.setdefault("MUJOCO_GL", "egl")
     from envfleet_libero.env import LiberoSim, SuiteIndex
 
@@ -31,19 +33,21 @@ def main() -> None:
     sim = LiberoSim(task, ["agentview", "robot0_eye_in_hand"], hw_i, hw_i, physics="libero")
     sim.reset(task.init_states[int(index) % len(task.init_states)], seed=42, settle_steps=10, render_all=render == "all")
     rng = np.random.default_rng(int(index))
-    actions = (rng.uniform(-1, 1, (chunks_i + 1, chunk_i, 7)) * 0.3).astype(np.float64)
-    for k in range(chunk_i):  # warm-up chunk
-        sim.step(actions[0, k], render=render == "all" or k == chunk_i - 1)
-    open(os.path.join(barrier, f"ready_{index}"), "w").close()
-    while len([f for f in os.listdir(barrier) if f.startswith("ready_")]) < nprocs_i:
-        time.sleep(0.01)
-    t_start = time.time()
-    for c in range(1, chunks_i + 1):
+
+    def one_chunk() -> None:
+        actions = (rng.uniform(-1, 1, (chunk_i, 7)) * 0.3).astype(np.float64)
         for k in range(chunk_i):
-            sim.step(actions[c, k], render=render == "all" or k == chunk_i - 1)
-    t_end = time.time()
+            sim.step(actions[k], render=render == "all" or k == chunk_i - 1)
+
+    one_chunk()  # warm-up
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if line.strip() != "chunk":
+            break
+        t_start = time.time()
+        one_chunk()
+        print(json.dumps({"t_start": t_start, "t_end": time.time()}), flush=True)
     sim.close()
-    print(json.dumps({"t_start": t_start, "t_end": t_end}))
 
 
 if __name__ == "__main__":

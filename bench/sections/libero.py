@@ -1,4 +1,9 @@
-"""The `libero` section of `nox -s bench` (bench/run.py libero)."""
+"""The `libero` section of `nox -s bench` (bench/run.py libero).
+
+Two parts: the fast step loop against LIBERO's own (``libero_fast``; alone:
+``python bench/sections/libero.py fast``), then throughput through ``ProcessEnvManager``
+against plain LIBERO loops over sizes, render modes and env counts (``libero``).
+"""
 
 from __future__ import annotations
 
@@ -10,18 +15,175 @@ import time
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, when run alone
 from common import IMG, ROOT, write
-from configs import libero_cfg, libero_installed
+from configs import libero_cfg, libero_installed, start_ray
+
+CHUNK = 8
+REPS = 6
 
 
 def run() -> None:
-    """LIBERO sub-steps/s through ProcessEnvManager vs plain OffScreenRenderEnv loops side by side."""
+    """Both parts: the fast loop, then the grid."""
     if not libero_installed():
         print("libero: backend not installed, skipped")
         return
+    fast_loop()
+    grid()
+
+
+class PlainLoops:
+    """``n`` plain LIBERO processes (bench/plain_libero.py), each stepping one chunk per :meth:`chunk`, side by side."""
+
+    def __init__(self, n: int, hw: int, render: str, chunk: int = CHUNK) -> None:
+        script = os.path.join(ROOT, "bench", "plain_libero.py")
+        env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, script, str(hw), render, str(chunk), str(i)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env=env,
+            )
+            for i in range(n)
+        ]
+        for p in self.procs:
+            assert p.stdout is not None
+            line = p.stdout.readline().strip()
+            if line != "ready":
+                raise RuntimeError(f"a plain LIBERO loop did not start (said {line!r})")
+
+    def chunk(self) -> float:
+        """Seconds from the first loop's start to the last loop's end of one chunk each."""
+        for p in self.procs:
+            assert p.stdin is not None
+            p.stdin.write("chunk\n")
+            p.stdin.flush()
+        outs = [json.loads(p.stdout.readline()) for p in self.procs if p.stdout is not None]
+        return float(max(o["t_end"] for o in outs) - min(o["t_start"] for o in outs))
+
+    def pids(self) -> list[int | None]:
+        return [p.pid for p in self.procs]
+
+    def close(self) -> None:
+        for p in self.procs:
+            try:
+                assert p.stdin is not None
+                p.stdin.write("quit\n")
+                p.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+class WorkerStage:
+    """One EnvWorker (through ``EnvWorkerGroup``) with one stage of ``n`` envs, reset and warmed up."""
+
+    def __init__(self, n: int, hw: int, overrides: dict[str, Any], cpus: float) -> None:
+        from omegaconf import OmegaConf
+
+        from envfleet.dataproto import DataProto
+        from envfleet_ray.group import EnvWorkerGroup
+
+        cfg = libero_cfg(n, hw, "last", stages=1, chunk=CHUNK)
+        for key, value in overrides.items():
+            OmegaConf.update(cfg, f"train.libero.{key}", value)
+        self.n = n
+        self.group = EnvWorkerGroup(cfg, num_workers=1, cpus_per_worker=cpus)
+        self.group.init_worker()
+        self.group.init_simulator()
+        self.group.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": np.arange(n)})).get()
+        self.rng = np.random.default_rng(1)
+        self.chunk()
+
+    def chunk(self) -> float:
+        """Seconds of one ``env_interact_step`` with random actions (the trainer's tensors built)."""
+        from envfleet.dataproto import DataProto
+
+        actions = (self.rng.uniform(-1, 1, (self.n, CHUNK, 7)) * 0.3).astype(np.float32)
+        data = DataProto.from_dict(non_tensors={"actions": actions}, meta_info={"stage_id": 0})
+        t0 = time.perf_counter()
+        _ = self.group.env_interact_step(data).get().batch  # the trainer reads the tensors: building them counts
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.group.shutdown()
+
+
+def physics_alone(reps: int = REPS, steps: int = CHUNK) -> dict[str, Any]:
+    """bench/libero_physics.py in a child: seconds per env step, fast loop and LIBERO's own, alternated."""
+    script = os.path.join(ROOT, "bench", "libero_physics.py")
+    out = subprocess.run([sys.executable, script, str(reps), str(steps)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _mem_available_gb() -> float:
+    with open("/proc/meminfo") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:")) / 2**20
+
+
+def fast_loop(hw: int = 128, n: int = 2) -> None:
+    """The fast loop: physics alone, then 2 envs rendering the last sub-step through the worker against plain loops."""
+    phys = physics_alone()
+    fast_ms = 1e3 * float(np.median(phys["seconds_per_step"]["fast"]))
+    own_ms = 1e3 * float(np.median(phys["seconds_per_step"]["libero"]))
+    rows: list[dict[str, Any]] = [
+        {"case": "physics alone, 1 env, fast loop", "ms per env step": fast_ms, "sub-steps/s": 1e3 / fast_ms, "x LIBERO": own_ms / fast_ms},
+        {"case": "physics alone, 1 env, LIBERO's env.step", "ms per env step": own_ms, "sub-steps/s": 1e3 / own_ms, "x LIBERO": 1.0},
+    ]
+    start_ray()
+    variants: dict[str, Any] = {}
+    times: dict[str, list[float]] = {}
+    labels = {
+        "plain": f"{n} plain LIBERO processes, render last (the limit before)",
+        "one_per_process": f"EnvWorker, {n} envs, envs_per_process 1, fast loop",
+        "default": f"EnvWorker, {n} envs, default layout, fast loop",
+        "libero_loop": f"EnvWorker, {n} envs, envs_per_process 1, physics libero",
+    }
+    try:
+        variants["plain"] = PlainLoops(n, hw, "last")
+        variants["one_per_process"] = WorkerStage(n, hw, {"envs_per_process": 1}, cpus=n)
+        variants["default"] = WorkerStage(n, hw, {}, cpus=n)
+        if _mem_available_gb() > 6:  # the machine may be shared: the fourth variant only where it fits
+            variants["libero_loop"] = WorkerStage(n, hw, {"envs_per_process": 1, "physics": "libero"}, cpus=n)
+        for _ in range(REPS):
+            for name, variant in variants.items():
+                times.setdefault(name, []).append(variant.chunk())
+    finally:
+        for variant in variants.values():
+            variant.close()
+    limit = n * CHUNK / float(np.median(times["plain"]))
+    for name, label in labels.items():
+        if name not in times:
+            continue
+        rate = n * CHUNK / float(np.median(times[name]))
+        rows.append({"case": label, "ms per env step": 1e3 / rate, "sub-steps/s": rate, "x LIBERO": rate / limit})
+    by = {r["case"]: r for r in rows}
+    notes = [
+        f"Physics alone (no camera rendered), one libero_spatial task 0 env, medians of {REPS} alternated blocks of {CHUNK} "
+        f"env steps: the fast loop {own_ms / fast_ms:.2f}x LIBERO's own env.step (target >= 1.6x); final MuJoCo states "
+        f"{'equal' if phys['same_state'] else 'DIFFERENT'}.",
+        f"{n} envs, {hw}x{hw}, two cameras, chunk {CHUNK}, render last, medians of {REPS} chunks with the variants alternated "
+        f"chunk by chunk (all up at once; the worker has {n} CPUs of Ray): through the EnvWorker at envs_per_process 1, "
+        f"{by[labels['one_per_process']]['x LIBERO']:.2f}x the {n} plain LIBERO processes (target >= 1.15x); with the default "
+        f"layout {by[labels['default']]['x LIBERO']:.2f}x (target: within 5% of the former).",
+    ]
+    write("libero_fast", rows, notes)
+
+
+def grid() -> None:
+    """LIBERO sub-steps/s through ProcessEnvManager vs plain OffScreenRenderEnv loops side by side."""
     from envfleet import ProcessEnvManager
 
-    chunk, chunks = 8, 4
+    chunk, chunks = CHUNK, 4
     rows = []
     for hw in (128, 256):
         for render in ("last", "all"):
@@ -79,24 +241,12 @@ def _rss_mb(pids: list[int | None]) -> float:
 
 def _plain_libero_rate(n: int, hw: int, render: str, chunk: int, chunks: int) -> float:
     """n plain LIBERO loops, one per process, stepping at the same time; combined sub-steps/s."""
-    import tempfile
-
-    script = os.path.join(ROOT, "bench", "plain_libero.py")
-    with tempfile.TemporaryDirectory(prefix="envfleet_barrier_") as barrier:
-        procs = [
-            subprocess.Popen(
-                [sys.executable, script, str(hw), render, str(chunk), str(chunks), str(i), str(n), barrier],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")},
-            )
-            for i in range(n)
-        ]
-        outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
-    start = min(o["t_start"] for o in outs)
-    end = max(o["t_end"] for o in outs)
-    return n * chunk * chunks / (end - start)
+    loops = PlainLoops(n, hw, render, chunk)
+    try:
+        seconds = sum(loops.chunk() for _ in range(chunks))
+    finally:
+        loops.close()
+    return n * chunk * chunks / seconds
 
 
 def _plot_libero(rows: list[dict[str, Any]]) -> None:
@@ -130,3 +280,7 @@ def _plot_libero(rows: list[dict[str, Any]]) -> None:
     fig.tight_layout()
     fig.savefig(os.path.join(IMG, "bench_libero.png"), dpi=110)
     plt.close(fig)
+
+
+if __name__ == "__main__":
+    fast_loop() if sys.argv[1:] == ["fast"] else run()
