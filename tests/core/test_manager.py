@@ -111,10 +111,14 @@ def test_bad_input_then_usable(manager, bad, match) -> None:
 
 
 def test_a_shard_runs_only_the_commands_of_its_table(manager) -> None:
-    conn = manager.shards[0].conn
-    conn.send(("__init__", {}))  # a method of the server, but not a command
-    reply = conn.recv_within(30.0)
-    assert reply[0] == "err" and "unknown command '__init__'" in reply[2]
+    from envfleet.shards.handle import Deadline
+    from envfleet.shards.messages import ErrorKind, Outcome
+
+    shard = manager.shards[0]
+    shard.conn.send(("__init__", None))  # a method of the server, but not a command
+    reply = shard.reply_within(Deadline.after(30.0))
+    assert reply.outcome is Outcome.ERR and reply.payload.kind is ErrorKind.ERROR
+    assert reply.payload.type_name == "ValueError" and "unknown command '__init__'" in reply.payload.text
     assert manager.chunk_step(actions()).rewards.shape == (4, 4)
 
 

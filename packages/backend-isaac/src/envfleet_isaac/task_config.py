@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from envfleet.plugins.spec import import_factory
 
 __all__ = ["load_env_cfg"]
 
@@ -23,8 +24,7 @@ def load_env_cfg(task: str) -> Any:
     if entry is None:
         raise RuntimeError(f"task {task!r} registers no 'env_cfg_entry_point' in its gymnasium kwargs; Isaac Lab tasks do")
     if isinstance(entry, str) and ":" in entry and not entry.endswith((".yaml", ".yml")):
-        module_name, _, attr = entry.partition(":")
-        entry = getattr(importlib.import_module(module_name), attr)
+        entry = import_factory(entry)
     if isinstance(entry, type) or callable(entry):
         return entry()
     if not isinstance(entry, str):

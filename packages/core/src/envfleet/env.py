@@ -1,8 +1,9 @@
-"""The ``Env`` protocol: a batch of simulator instances of one backend, in one process.
+"""The ``Env`` contract: a batch of simulator instances of one backend, in one process.
 
 A backend implements :class:`Env`; envfleet's :class:`~envfleet.shards.manager.ProcessEnvManager`
 runs one or more of them (shards) in child processes and presents the stage as if it
-were a single ``Env``.
+were a single ``Env``. The calls the two share are declared once, as the
+:class:`EnvSurface` protocol both satisfy: what a worker may call on a stage.
 
 Every subclass sets these attributes in its constructor:
 
@@ -14,11 +15,11 @@ Every subclass sets these attributes in its constructor:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["ArraySpec", "ObservationSpec", "EnvContext", "ResetResult", "ChunkStepResult", "Env"]
+__all__ = ["ArraySpec", "ObservationSpec", "EnvContext", "ResetResult", "ChunkStepResult", "EnvSurface", "Env"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,45 @@ class ChunkStepResult:
     terminations: np.ndarray
     truncations: np.ndarray
     infos: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@runtime_checkable
+class EnvSurface(Protocol):
+    """The calls an :class:`Env` in one process and a :class:`~envfleet.shards.manager.ProcessEnvManager`
+    over many both answer, so that a worker steps either one the same way. The type checker holds
+    both classes to it (see the end of :mod:`envfleet.shards.manager`); at run time
+    ``isinstance(obj, EnvSurface)`` checks that the methods and ``num_envs`` are there.
+    """
+
+    num_envs: int
+
+    def get_all_state_ids(self) -> np.ndarray:
+        """Every state id (int64, 1-D) the envs can be reset to."""
+        ...
+
+    def get_state_task_ids(self) -> np.ndarray:
+        """The task id of each state id of :meth:`get_all_state_ids`, aligned with it."""
+        ...
+
+    def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
+        """Reset env ``i`` to ``state_ids[i]`` (and check ``task_ids[i]`` when given)."""
+        ...
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
+        """Step every env through ``actions`` of shape ``[num_envs, chunk, action_dim]``."""
+        ...
+
+    def flush_video(self, subdir: str) -> list[str]:
+        """Write recorded frames; return the written paths."""
+        ...
+
+    def renderer_info(self) -> dict[str, str]:
+        """What renders the images."""
+        ...
+
+    def close(self) -> None:
+        """Free everything. Safe to call more than once."""
+        ...
 
 
 class Env:

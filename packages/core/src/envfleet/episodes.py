@@ -33,7 +33,7 @@ import numpy as np
 
 from .env import ChunkStepResult
 
-__all__ = ["EpisodeTracker", "StateCycle", "ChunkFlags"]
+__all__ = ["EpisodeTracker", "StateCycle", "ChunkFlags", "restarted_rows"]
 
 
 class StateCycle:
@@ -88,6 +88,24 @@ class ChunkFlags:
             truncations=self.truncations,
             infos=self.infos,
         )
+
+
+def restarted_rows(num_envs: int, chunk: int) -> ChunkFlags:
+    """The flags of ``num_envs`` rows whose simulator was rebuilt during a chunk of ``chunk`` sub-steps:
+    no reward, no termination, and a truncation at the last sub-step (the episode did not go on).
+
+    >>> restarted_rows(2, 3).truncations.tolist()
+    [[False, False, True], [False, False, True]]
+    """
+    truncations = np.zeros((num_envs, chunk), dtype=bool)
+    truncations[:, -1:] = True
+    return ChunkFlags(
+        rewards=np.zeros((num_envs, chunk), dtype=np.float32),
+        terminations=np.zeros((num_envs, chunk), dtype=bool),
+        truncations=truncations,
+        ended=np.ones(num_envs, dtype=bool),
+        infos={},
+    )
 
 
 class EpisodeTracker:

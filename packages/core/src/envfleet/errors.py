@@ -1,8 +1,10 @@
-"""The exceptions envfleet raises.
+"""The exceptions envfleet raises, every one an :class:`EnvFleetError`, all in this module.
 
 Each one subclasses the builtin a caller would naturally catch (``KeyError`` for
 an unknown name, ``ValueError`` for a bad input, ``RuntimeError`` for a simulator
-that failed), so existing ``except`` clauses keep working.
+that failed or a call out of order), so existing ``except`` clauses keep working.
+The ``envfleet`` command prints an ``EnvFleetError`` as a message, anything else as
+a crash.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ __all__ = [
     "EnvFleetSimulatorError",
     "RestartLimitError",
     "WorkerDiedError",
+    "LifecycleError",
+    "ClosedEnvironmentError",
+    "SimulatorStoppedError",
+    "SimulatorPythonError",
+    "VenvError",
 ]
 
 
@@ -89,3 +96,23 @@ class WorkerDiedError(EnvFleetError, RuntimeError):
 
 class MissingExtraError(EnvFleetError, ImportError):
     """An optional face of envfleet was imported without the package it needs; the message has the pip command."""
+
+
+class LifecycleError(EnvFleetError, RuntimeError):
+    """A call came at the wrong point of an object's life; the message names the call to make first."""
+
+
+class ClosedEnvironmentError(LifecycleError):
+    """A call on a manager or worker after its ``close()`` (Gymnasium names the same mistake so)."""
+
+
+class SimulatorStoppedError(LifecycleError):
+    """A call that needs the simulator processes before ``start_simulator()`` / ``init_simulator()``, or after a stop."""
+
+
+class SimulatorPythonError(EnvFleetError, RuntimeError):
+    """``train.simulator_python`` cannot run the stage's backend: missing, broken, or with other versions."""
+
+
+class VenvError(EnvFleetError, RuntimeError):
+    """``envfleet venv`` cannot build the venv: no lock, no such Python, or pip failed."""

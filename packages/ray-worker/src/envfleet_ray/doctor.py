@@ -175,13 +175,11 @@ def _plugin_findings(specs: dict[str, Any], chosen: list[str]) -> list[Finding]:
     return findings
 
 
-_IMPORT = "import importlib, sys\nmodule, _, attr = sys.argv[1].partition(':')\ngetattr(importlib.import_module(module), attr)\n"
+_IMPORT = "import sys\nfrom envfleet.plugins.spec import import_factory\nimport_factory(sys.argv[1])\n"
 
 
 def _import_finding(spec: Any) -> Finding:
     """Import the backend's env class in a child process: the simulator's imports run there."""
-    if callable(spec.env_factory):
-        return Finding("ok", f"backend {spec.name} imports (its env factory is a Python object, already imported)")
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _IMPORT, spec.env_factory],

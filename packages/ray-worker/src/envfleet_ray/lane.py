@@ -36,6 +36,8 @@ import struct
 import threading
 from typing import Any
 
+from envfleet.shards.messages import Outcome
+
 __all__ = ["LaneServer", "LaneClient", "LaneClosed"]
 
 log = logging.getLogger(__name__)
@@ -47,8 +49,8 @@ _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 _ACK = b"\x01"
 _HANDSHAKE_S = 30.0
 
-#: The worker methods a lane may call.
-LANE_METHODS = frozenset({"env_interact_step"})
+#: The one worker method a lane serves.
+LANE_METHOD = "env_interact_step"
 
 
 class LaneClosed(ConnectionError):
@@ -162,19 +164,21 @@ class LaneServer:
                     method, arg = _recv(conn)
                 except (OSError, LaneClosed, EOFError):
                     return
+                # A reply is (Outcome value, the return value or the exception), as a shard's is.
                 reply: tuple[str, Any]
                 try:
-                    if method not in LANE_METHODS:
-                        raise ValueError(f"the lane does not serve {method!r}")
-                    reply = ("ok", getattr(self._worker, method)(arg))
+                    if method != LANE_METHOD:
+                        raise ValueError(f"the lane does not serve {method!r}: it serves {LANE_METHOD} only")
+                    reply = (Outcome.OK.value, self._worker.env_interact_step(arg))
                 except Exception as exc:
-                    reply = ("err", exc)
+                    reply = (Outcome.ERR.value, exc)
                 try:
                     _send(conn, reply)
                 except (OSError, LaneClosed):
                     return
                 except Exception as exc:  # an exception or result that does not pickle
-                    _send(conn, ("err", RuntimeError(f"the worker could not send its reply to {method}: {type(exc).__name__}: {exc}")))
+                    failure = RuntimeError(f"the worker could not send its reply to {method}: {type(exc).__name__}: {exc}")
+                    _send(conn, (Outcome.ERR.value, failure))
         finally:
             with self._lock:
                 self._conns.discard(conn)
@@ -271,7 +275,7 @@ class LaneCall:
                     conn.stash.pop(seq, None)
             status, value = conn.stash.pop(self._seq)
             self._taken = True
-        if status == "err":
+        if status == Outcome.ERR.value:
             raise value
         return value
 

@@ -17,9 +17,7 @@ wants one, ``seed``), called with those as keyword arguments::
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,13 +26,11 @@ import numpy as np
 
 from envfleet.dataproto import DataProto
 from envfleet.errors import ConfigError
+from envfleet.plugins.spec import import_factory, split_factory
 
 __all__ = ["Policy", "ZeroPolicy", "RandomPolicy", "SleepPolicy", "load_policy"]
 
 Policy = Callable[[DataProto], np.ndarray]
-
-_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_ATTR_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 class ZeroPolicy:
@@ -100,18 +96,16 @@ def load_policy(spec: str, chunk: int, action_dim: int, seed: int = 0) -> Policy
         if not seconds >= 0:
             raise ConfigError(f"policy {spec!r}: the latency must be >= 0 seconds")
         return SleepPolicy(chunk, action_dim, seconds)
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not _MODULE_RE.match(module_name) or not _ATTR_RE.match(attr):
-        raise ConfigError(f"policy {spec!r} is not one of: zero, random, sleep:SECONDS, or package.module:callable")
     try:
-        module = importlib.import_module(module_name)
+        module_name, attr = split_factory(spec)
+    except ValueError:
+        raise ConfigError(f"policy {spec!r} is not one of: zero, random, sleep:SECONDS, or package.module:callable") from None
+    try:
+        obj = import_factory(spec)
     except ImportError as exc:
         raise ConfigError(f"policy {spec!r}: cannot import module {module_name!r}: {exc}") from None
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ConfigError(f"policy {spec!r}: module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+    except AttributeError:
+        raise ConfigError(f"policy {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
     if _is_factory(obj):
         params = inspect.signature(obj).parameters
         kwargs = {"chunk": chunk, "action_dim": action_dim, **({"seed": seed} if "seed" in params else {})}

@@ -22,11 +22,10 @@ import subprocess
 import sys
 from typing import Any
 
+from envfleet.errors import VenvError
+from envfleet.plugins.spec import split_factory
+
 __all__ = ["add_parser", "run", "find_lock", "build_venv", "VenvError"]
-
-
-class VenvError(RuntimeError):
-    """The venv cannot be built: no lock, no such Python, or pip failed."""
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -65,12 +64,11 @@ def _source_dir(dist: str) -> str | None:
 def find_lock(spec: Any, python_tag: str) -> str:
     """The pinned requirements file of backend ``spec`` for Python ``python_tag`` (e.g. ``"311"``); see the module doc."""
     tried: list[str] = []
-    if isinstance(spec.env_factory, str):
-        package = spec.env_factory.split(":", 1)[0].split(".", 1)[0]
-        shipped = importlib.resources.files(package).joinpath("lock.txt")
-        if shipped.is_file():
-            return str(shipped)
-        tried.append(f"lock.txt in the package {package}")
+    package = split_factory(spec.env_factory)[0].split(".", 1)[0]
+    shipped = importlib.resources.files(package).joinpath("lock.txt")
+    if shipped.is_file():
+        return str(shipped)
+    tried.append(f"lock.txt in the package {package}")
     source = _source_dir(spec.package) if spec.package else None
     if source is not None:
         name = f"{spec.name}-py{python_tag}.txt"

@@ -1,20 +1,54 @@
 """What a backend declares: :class:`BackendSpec`, the one object a plugin hands to the registry.
 
 Where it is registered and how plugins are loaded is :mod:`envfleet.plugins.registry`'s job.
+A backend names its env class as ``"module:attr"``; :func:`import_factory` is the one place
+such a name is read.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import re
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..env import ArraySpec, Env, ObservationSpec
+from ..env import ArraySpec, ObservationSpec
 from ..options import OPTIONAL_KEYS
 
-__all__ = ["BackendSpec"]
+__all__ = ["BackendSpec", "split_factory", "import_factory"]
+
+
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def split_factory(path: str) -> tuple[str, str]:
+    """``"package.module:attr"`` -> ``("package.module", "attr")``; ``attr`` may be dotted (``Class.method``).
+
+    :raises ValueError: ``path`` is not of that form.
+    """
+    module, sep, attr = str(path).partition(":")
+    if not sep or not _DOTTED.match(module) or not _DOTTED.match(attr):
+        raise ValueError(f"{path!r} does not name an object: expected 'package.module:attr', e.g. 'envfleet_toy.env:ToyEnv'")
+    return module, attr
+
+
+def import_factory(path: str) -> Any:
+    """The object ``"module:attr"`` names, importing its module (for a backend: the simulator's import).
+
+    :raises ValueError: ``path`` is not of that form.
+    :raises ImportError: the module does not import.
+    :raises AttributeError: naming the attribute the module lacks.
+    """
+    module_name, attr = split_factory(path)
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise AttributeError(f"{path!r}: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
 
 
 @dataclass(frozen=True)
@@ -22,9 +56,9 @@ class BackendSpec:
     """How envfleet builds and runs a backend.
 
     :param name: the value of ``train.simulator_type`` that selects it.
-    :param env_factory: ``"module:attr"`` (imported lazily, in the shard process) or a
-        callable ``(cfg, ctx: EnvContext) -> Env``. ``cfg`` is the env section
-        (``train`` or ``val``) with the backend's own section at ``cfg[name]``.
+    :param env_factory: ``"module:attr"`` of a callable ``(cfg, ctx: EnvContext) -> Env``
+        (typically the Env class), imported only in the shard process. ``cfg`` is the env
+        section (``train`` or ``val``) with the backend's own section at ``cfg[name]``.
     :param observation_spec: ``(cfg, num_envs) -> ObservationSpec``; called in the
         parent to allocate shared memory, so it must not need the simulator.
     :param config_schema: a dataclass for the ``train.<name>`` section, or ``None``.
@@ -58,7 +92,7 @@ class BackendSpec:
     """
 
     name: str
-    env_factory: str | Callable[..., Env]
+    env_factory: str
     observation_spec: Callable[[Any, int], ObservationSpec]
     config_schema: type | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
@@ -74,6 +108,9 @@ class BackendSpec:
     description: str = ""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.env_factory, str):
+            raise TypeError(f"backend {self.name!r}: env_factory must be a 'module:attr' string, got {type(self.env_factory).__name__}")
+        split_factory(self.env_factory)
         object.__setattr__(self, "implements", frozenset(self.implements))
         unknown = sorted(self.implements - set(OPTIONAL_KEYS))
         if unknown:

@@ -1,8 +1,11 @@
 """The manager's side of one shard process: its handle, its restart budget, and their teardown.
 
 A :class:`ShardHandle` holds what the manager knows about one shard: which envs
-it runs, its process, socket and shared memory, the last reset (to replay after
-a restart) and the last reply (see :mod:`envfleet.shards.replies`). A
+it runs, its process, socket and shared memory, and the last reset (to replay after
+a restart). It is also the one way a request reaches a shard:
+:meth:`ShardHandle.send` a command with its typed argument
+(:mod:`envfleet.shards.messages`), then :meth:`ShardHandle.reply_within` a
+:class:`Deadline` returns the :class:`~envfleet.shards.messages.Reply`. A
 :class:`RestartBudget` counts the shard's restarts in a sliding window.
 :class:`ShardSet` is everything that must go when the manager goes, so that
 ``close()`` and garbage collection free the same things.
@@ -14,18 +17,19 @@ import collections
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .messages import Command
+from .messages import Argument, Command, ErrorKind, InitRequest, Outcome, RemoteError, Reply
 from .shm import ShmBlock, ShmLayout
 from .wire import Channel, Layout, layout_of
 
-__all__ = ["RestartBudget", "ShardHandle", "ShardSet"]
+__all__ = ["Deadline", "Packed", "RestartBudget", "ShardHandle", "ShardSet"]
 
 _STDERR_TAIL_LINES = 20
 
@@ -56,6 +60,31 @@ class RestartBudget:
         return len(self._times) > self.max_restarts
 
 
+class Deadline(NamedTuple):
+    """A point in time (``time.monotonic()``) to answer by, and the seconds it was set to (for messages)."""
+
+    at: float
+    seconds: float
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        """``seconds`` from now."""
+        return cls(time.monotonic() + seconds, seconds)
+
+    def left(self) -> float:
+        """Seconds until the deadline (negative once past)."""
+        return self.at - time.monotonic()
+
+
+class Packed(NamedTuple):
+    """A shard's reset or step reply, unpacked by its handle (see :mod:`envfleet.shards.wire`)."""
+
+    layout: Layout | None  #: how ``raw`` holds the per-env arrays (None: no arrays)
+    raw: bytes  #: the per-env arrays, field after field
+    others: dict[str, Any]  #: the infos that are not per-env arrays
+    descriptions: list[str]  #: each env's task description
+
+
 class ShardHandle:
     """Parent-side handle of one shard process.
 
@@ -78,12 +107,10 @@ class ShardHandle:
         self.log_path = os.path.join(log_dir, f"shard{index}.log")
         self.last_reset: tuple[np.ndarray, np.ndarray | None] | None = None
         self.saved_state: Any = None
-        self.sim_s = 0.0
-        # The last reset/step reply (see envfleet.shards.wire): the layout of its arrays, their bytes,
-        # the infos that are not per-env arrays, and the task descriptions.
-        self.reply_layout: Layout | None = None
-        self.reply_bytes = b""
-        self.reply_other_infos: dict[str, Any] = {}
+        self.sim_s = 0.0  # seconds the last command spent in the simulator
+        # The layout and the task descriptions of a reset/step reply travel only when they change
+        # (see envfleet.shards.wire): the last ones of this process, for the replies that omit them.
+        self._layout: Layout | None = None
         self.descriptions: list[str] = [""] * self.num_envs
 
     @property
@@ -92,21 +119,79 @@ class ShardHandle:
         sl = self.env_slice
         return f"{sl.start}" if sl.stop - sl.start == 1 else f"{sl.start}..{sl.stop - 1}"
 
-    def keep_reply(self, payload: tuple[Any, ...]) -> None:
-        """Keep a reset/step reply ``(fields or None, array bytes, other infos, descriptions or None)``.
+    def launch(self, python: str, env: dict[str, str] | None, request: InitRequest) -> None:
+        """Start the shard process under ``python`` (environment ``env``) and send it ``request``.
 
-        The layout and the descriptions travel only when they change: ``None`` keeps the last ones.
+        Its answer (the state ids, or why the env could not be built) is read with :meth:`reply_within`.
         """
+        parent_sock, child_sock = socket.socketpair()
+        self.forget_reply()
+        with open(self.log_path, "ab") as log_fh:
+            proc = subprocess.Popen(
+                [python, "-m", "envfleet.shards.server", str(child_sock.fileno()), str(os.getpid())],
+                pass_fds=(child_sock.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=log_fh,
+                stderr=log_fh,
+                env=env,
+                close_fds=True,
+            )
+        child_sock.close()
+        self.conn = Channel(os.dup(parent_sock.fileno()))
+        parent_sock.close()
+        self.proc = proc
+        self.send(Command.INIT, request)
+
+    def send(self, command: Command, argument: Argument = None) -> None:
+        """Send ``command`` with its argument (the type :data:`~envfleet.shards.messages.ARGUMENTS` names).
+
+        A shard that is gone is not an error here: :meth:`reply_within` then reports it as DIED.
+        """
+        if self.conn is None:
+            return
+        try:
+            self.conn.send((command.value, None if argument is None else tuple(argument)))
+        except OSError:
+            pass  # the reply's read sees the process gone
+
+    def reply_within(self, deadline: Deadline) -> Reply:
+        """The shard's answer to the last :meth:`send`, or how it failed to give one by ``deadline``."""
+        conn = self.conn
+        if conn is None:
+            return Reply(Outcome.DIED, "was not running")
+        try:
+            message = conn.recv_within(deadline.left())
+        except (EOFError, OSError):
+            try:
+                self.proc.wait(timeout=5.0)  # type: ignore[union-attr]
+            except subprocess.TimeoutExpired:
+                pass
+            return Reply(Outcome.DIED, self.exit_description())
+        if message is Channel.TIMEOUT:
+            return Reply(Outcome.HUNG, f"did not answer within {deadline.seconds:g} s")
+        if message[0] == Outcome.OK.value:
+            _, payload, self.sim_s = message
+            return Reply(Outcome.OK, payload)
+        _, kind, type_name, text, tb = message
+        return Reply(Outcome.ERR, RemoteError(ErrorKind(kind), type_name, text, tb))
+
+    def unpack(self, payload: tuple[Any, ...]) -> Packed:
+        """A reset/step reply's payload ``(fields or None, array bytes, other infos, descriptions or None)``
+        as a :class:`Packed`, the omitted layout and descriptions filled in from the last reply."""
         fields, raw, others, descriptions = payload
         if fields is not None:
-            self.reply_layout = layout_of(fields, self.num_envs)
-        self.reply_bytes, self.reply_other_infos = raw, others
+            self._layout = layout_of(fields, self.num_envs)
         if descriptions is not None:
             self.descriptions = descriptions
+        return Packed(self._layout, raw, others, self.descriptions)
+
+    def no_reply(self) -> Packed:
+        """What a shard that has not been reset since it started answers for its envs: no arrays."""
+        return Packed(None, b"", {}, self.descriptions)
 
     def forget_reply(self) -> None:
-        """Drop the last reply (a new process starts with none)."""
-        self.reply_layout, self.reply_bytes, self.reply_other_infos = None, b"", {}
+        """Forget the last reply's layout (a new process sends its own)."""
+        self._layout = None
 
     def exit_description(self) -> str:
         """How the process ended, in words (or that it runs, or never started)."""
@@ -139,7 +224,7 @@ class ShardHandle:
         proc, conn = self.proc, self.conn
         if proc is not None and proc.poll() is None and graceful and conn is not None:
             try:
-                conn.send((Command.CLOSE.value, {}))
+                self.send(Command.CLOSE)
                 if conn.poll(5.0):
                     conn.recv()
                 proc.wait(timeout=5.0)

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from ..errors import EnvFleetError
+from ..errors import SimulatorPythonError
 from ..plugins import BackendSpec
+from ..plugins.spec import split_factory
 
 __all__ = ["SimulatorPythonError", "ProbeResult", "resolve_python", "is_own_python", "probe", "pip_target", "shard_command"]
 
@@ -58,10 +59,6 @@ for name in want["modules"]:
         modules[name] = "%s: %s" % (type(exc).__name__, exc)
 print(json.dumps({"version": sys.version.split()[0], "executable": sys.executable, "dists": dists, "modules": modules}))
 """
-
-
-class SimulatorPythonError(EnvFleetError, RuntimeError):
-    """``train.simulator_python`` cannot run the stage's backend: missing, broken, or with other versions."""
 
 
 @dataclass(frozen=True)
@@ -165,8 +162,8 @@ def probe(python: str, dists: list[str], modules: list[str]) -> ProbeResult:
     return ProbeResult(python=python, version=str(data["version"]), dists=dict(data["dists"]), modules=dict(data["modules"]))
 
 
-def _factory_module(spec: BackendSpec) -> str | None:
-    return spec.env_factory.split(":", 1)[0] if isinstance(spec.env_factory, str) else None
+def _factory_module(spec: BackendSpec) -> str:
+    return split_factory(spec.env_factory)[0]
 
 
 def _problems(result: ProbeResult, spec: BackendSpec) -> list[str]:

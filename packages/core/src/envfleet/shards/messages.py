@@ -1,14 +1,11 @@
-"""The messages between a manager and its shard processes.
+"""The messages between a manager and its shard processes: one typed argument per command.
 
-A request is ``(command, argument)``: ``command`` is a :class:`Command`'s value
-(a plain string on the wire), ``argument`` what that command takes. The shard
+The manager sends ``(command, argument)`` through
+:meth:`~envfleet.shards.handle.ShardHandle.send`; the argument of each command is the
+named tuple below, and :data:`ARGUMENTS` says which. On the wire the command is its
+plain string and the argument a plain tuple (so that each message pickles small and
+fast); the shard's server rebuilds the named tuple before it dispatches. The shard
 answers every request with one reply, ``("ok", payload, sim_s)`` or
-``("err", kind, message, traceback)``; the manager reads it as a :class:`Reply`,
-adding the two outcomes only it can see: the process died, or it did not answer
-in time. Plain tuples and strings travel so that each message pickles small and
-fast; the types on either side say what they hold.
-
-=================  ===========================================  ==========================================
 command            argument                                     payload of the ``ok`` reply
 =================  ===========================================  ==========================================
 ``init``           factory, cfg, ctx, shm_name, layout          state ids, their task ids, supports_state, pid
@@ -21,6 +18,24 @@ command            argument                                     payload of the `
 ``renderer_info``  ``{}``                                       GL platform, vendor, renderer
 ``close``          ``{}``                                       ``None``; the shard then exits
 =================  ===========================================  ==========================================
+=======
+``("err", kind, type name, message, traceback)``; the manager reads it as a
+:class:`Reply` (:meth:`~envfleet.shards.handle.ShardHandle.reply_within`), adding the
+two outcomes only it can see: the process died, or it did not answer in time.
+
+=================  ==========================  ==============================================
+command            argument                    payload of the ``ok`` reply
+=================  ==========================  ==============================================
+``init``           :class:`InitRequest`        state ids, their task ids, supports_state
+``reset``          :class:`ResetRequest`       a packed reply (:mod:`envfleet.shards.wire`)
+``reset_some``     :class:`ResetSomeRequest`   a packed reply, as ``reset``'s
+``step``           :class:`StepRequest`        a packed reply
+``get_state``      ``None``                    the env's state
+``load_state``     :class:`LoadStateRequest`   ``None``
+``flush_video``    :class:`FlushVideoRequest`  the paths written
+``renderer_info``  ``None``                    GL platform, vendor, renderer
+``close``          ``None``                    ``None``; the shard then exits
+=================  ==========================  ==============================================
 """
 
 from __future__ import annotations
@@ -28,7 +43,25 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, NamedTuple
 
-__all__ = ["Command", "Outcome", "RemoteError", "Reply", "ok_message", "err_message"]
+import numpy as np
+
+__all__ = [
+    "Command",
+    "InitRequest",
+    "ResetRequest",
+    "ResetSomeRequest",
+    "StepRequest",
+    "LoadStateRequest",
+    "FlushVideoRequest",
+    "Argument",
+    "ARGUMENTS",
+    "ErrorKind",
+    "Outcome",
+    "RemoteError",
+    "Reply",
+    "ok_message",
+    "err_message",
+]
 
 
 class Command(str, Enum):
@@ -45,6 +78,74 @@ class Command(str, Enum):
     CLOSE = "close"
 
 
+class InitRequest(NamedTuple):
+    """Build the env: ``factory(OmegaConf.create(cfg), EnvContext(**ctx))``, observations into ``shm_name``."""
+
+    factory: str  #: ``"module:attr"`` of the backend's env factory
+    cfg: dict[str, Any]  #: the env section, resolved, as plain containers
+    ctx: dict[str, Any]  #: the fields of the shard's :class:`~envfleet.env.EnvContext`
+    shm_name: str  #: the shared-memory block the shard writes observations into
+    layout: Any  #: :meth:`~envfleet.shards.shm.ShmLayout.to_wire` of that block
+
+
+class ResetRequest(NamedTuple):
+    """Reset env ``i`` of the shard to ``state_ids[i]`` (``task_ids``, when given, must match)."""
+
+    state_ids: np.ndarray
+    task_ids: np.ndarray | None
+
+
+class ResetSomeRequest(NamedTuple):
+    """Reset the shard's envs ``env_ids`` (its own numbering) to ``state_ids``; the others keep their episodes."""
+
+    env_ids: np.ndarray
+    state_ids: np.ndarray
+    task_ids: np.ndarray | None
+
+
+class StepRequest(NamedTuple):
+    """Step through the float32 actions in ``actions`` (raw bytes pickle several times faster than an array)."""
+
+    actions: bytes
+    shape: tuple[int, ...]  #: ``(num_envs, chunk, action_dim)`` of the shard
+
+
+class LoadStateRequest(NamedTuple):
+    """Restore what a ``get_state`` returned."""
+
+    state: Any
+
+
+class FlushVideoRequest(NamedTuple):
+    """Write the shard's own videos under ``subdir``."""
+
+    subdir: str
+
+
+#: A command's argument: one of the requests above, or None for a command that takes none.
+Argument = InitRequest | ResetRequest | ResetSomeRequest | StepRequest | LoadStateRequest | FlushVideoRequest | None
+
+#: The argument type of each command (None: it takes none).
+ARGUMENTS: dict[Command, type[Any] | None] = {
+    Command.INIT: InitRequest,
+    Command.RESET: ResetRequest,
+    Command.RESET_SOME: ResetSomeRequest,
+    Command.STEP: StepRequest,
+    Command.GET_STATE: None,
+    Command.LOAD_STATE: LoadStateRequest,
+    Command.FLUSH_VIDEO: FlushVideoRequest,
+    Command.RENDERER_INFO: None,
+    Command.CLOSE: None,
+}
+
+
+class ErrorKind(str, Enum):
+    """Who can fix what a shard raised."""
+
+    INVALID = "invalid"  #: an :class:`~envfleet.errors.InvalidInputError`: the caller's input was wrong
+    ERROR = "error"  #: any other exception: the backend (or its simulator) failed
+
+
 class Outcome(Enum):
     """How a request to a shard ended."""
 
@@ -57,9 +158,15 @@ class Outcome(Enum):
 class RemoteError(NamedTuple):
     """An exception raised in a shard, as it travels back."""
 
-    kind: str  #: ``"invalid"`` for an :class:`~envfleet.errors.InvalidInputError`, else ``"error"``
-    message: str  #: ``"ExceptionType: text"``
+    kind: ErrorKind
+    type_name: str  #: the exception's class name
+    text: str  #: ``str(exception)``
     traceback: str
+
+    @property
+    def message(self) -> str:
+        """``"ExceptionType: text"``."""
+        return f"{self.type_name}: {self.text}"
 
 
 class Reply(NamedTuple):
@@ -80,6 +187,6 @@ def ok_message(payload: Any, sim_s: float) -> tuple[str, Any, float]:
     return (Outcome.OK.value, payload, sim_s)
 
 
-def err_message(error: RemoteError) -> tuple[str, str, str, str]:
+def err_message(error: RemoteError) -> tuple[str, str, str, str, str]:
     """The shard's wire form of a failed reply."""
-    return (Outcome.ERR.value, *error)
+    return (Outcome.ERR.value, error.kind.value, error.type_name, error.text, error.traceback)

@@ -1,7 +1,7 @@
 """Merging the shards' replies into one stage's flags, infos and task descriptions.
 
-Each shard keeps its last reset/step reply on its handle
-(:meth:`~envfleet.shards.handle.ShardHandle.keep_reply`). When every shard sent
+Each shard's reset/step reply comes as a :class:`~envfleet.shards.handle.Packed`
+(:meth:`~envfleet.shards.handle.ShardHandle.unpack`). When every shard sent
 the same layout (the usual case) their bytes are joined and each field is read
 once for the whole stage; otherwise each shard's arrays are unpacked and
 concatenated, and a restarted shard's rows are filled: zero rewards, the last
@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .handle import ShardHandle
+from ..episodes import restarted_rows
+from .handle import Packed, ShardHandle
 from .messages import Command
 from .wire import Layout, split_reply
 
@@ -37,17 +38,18 @@ class ReplyMerger:
         self._fast_layouts: dict[Command, Layout] = {}
 
     def merge(
-        self, shards: list[ShardHandle], restarted: set[int], command: Command, chunk: int = 0
+        self, shards: list[ShardHandle], replies: list[Packed], restarted: set[int], command: Command, chunk: int = 0
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
-        """The stage's flags (step only), infos and task descriptions from the shards' last replies.
+        """The stage's flags (step only), infos and task descriptions from each shard's reply.
 
+        :param replies: one per shard, in shard order (a restarted shard's: its fresh reset's).
         :param restarted: the indices of the shards restarted during this call.
         :param chunk: the chunk length (for a restarted shard's flags).
         """
-        descriptions = [d for s in shards for d in s.descriptions]
-        layout = shards[0].reply_layout
-        if not restarted and layout is not None and all(s.reply_layout is layout and not s.reply_other_infos for s in shards):
-            flags, infos = split_reply(layout.join([s.reply_bytes for s in shards]))
+        descriptions = [d for r in replies for d in r.descriptions]
+        layout = replies[0].layout
+        if not restarted and layout is not None and all(r.layout is layout and not r.others for r in replies):
+            flags, infos = split_reply(layout.join([r.raw for r in replies]))
             if self._fast_layouts.get(command) is not layout:
                 self._fast_layouts[command] = layout
                 self._info_templates[command].update({key: (value.dtype, value.shape[1:]) for key, value in infos.items()})
@@ -59,14 +61,16 @@ class ReplyMerger:
             "truncations": np.zeros((self.num_envs, chunk), dtype=bool),
         }
         parts: list[dict[str, Any]] = []
-        for shard in shards:
-            shard_flags, shard_infos = split_reply(shard.reply_layout.unpack(shard.reply_bytes) if shard.reply_layout is not None else {})
+        for shard, reply in zip(shards, replies):
+            shard_flags, shard_infos = split_reply(reply.layout.unpack(reply.raw) if reply.layout is not None else {})
             parts.append(shard_infos)
             if shard.index in restarted:
-                flags["truncations"][shard.env_slice, -1:] = True
-            elif command is Command.STEP:
-                for key in _FLAG_KEYS:
-                    flags[key][shard.env_slice] = shard_flags[key]
+                rows = restarted_rows(shard.num_envs, chunk)
+                shard_flags = {"rewards": rows.rewards, "terminations": rows.terminations, "truncations": rows.truncations}
+            elif command is not Command.STEP:
+                continue
+            for key in _FLAG_KEYS:
+                flags[key][shard.env_slice] = shard_flags[key]
         return flags, self._merge_infos(shards, parts, restarted, command), descriptions
 
     def _merge_infos(

@@ -14,7 +14,6 @@ the socket reports EOF.
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 import threading
 import time
@@ -23,7 +22,20 @@ from typing import Any
 
 import numpy as np
 
-from .messages import Command, RemoteError, err_message, ok_message
+from .messages import (
+    ARGUMENTS,
+    Command,
+    ErrorKind,
+    FlushVideoRequest,
+    InitRequest,
+    LoadStateRequest,
+    RemoteError,
+    ResetRequest,
+    ResetSomeRequest,
+    StepRequest,
+    err_message,
+    ok_message,
+)
 from .wire import ArrayPacker, Channel
 
 __all__ = ["main"]
@@ -114,8 +126,9 @@ class _Server:
         self.packer = ArrayPacker()
         self.sent_descriptions: list[str] | None = None
         # The commands a manager may send: nothing else of this object can be called from outside.
-        # Keyed by the plain string that travels (an Enum member hashes by its name, not its value).
-        table = {
+        # Keyed by the plain string that travels (an Enum member hashes by its name, not its value),
+        # each with the named tuple its plain-tuple argument is rebuilt as.
+        table: dict[Command, Any] = {
             Command.INIT: self.init,
             Command.RESET: self.reset,
             Command.RESET_SOME: self.reset_some,
@@ -126,7 +139,7 @@ class _Server:
             Command.RENDERER_INFO: self.renderer_info,
             Command.CLOSE: self.close,
         }
-        self.commands: dict[str, Any] = {command.value: handler for command, handler in table.items()}
+        self.commands: dict[str, tuple[Any, Any]] = {command.value: (handler, ARGUMENTS[command]) for command, handler in table.items()}
 
     def _reply(self, descriptions: Any, infos: dict[str, Any], flags: tuple[np.ndarray, ...] = ()) -> tuple[Any, ...]:
         # (fields or None, array bytes, others, descriptions or None): see envfleet.shards.wire.
@@ -139,26 +152,18 @@ class _Server:
         fields, raw, others = self.packer.pack(self.env.num_envs, infos, flags)
         return fields, raw, others, descriptions_out
 
-    def init(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def init(self, msg: InitRequest) -> dict[str, Any]:
         from omegaconf import OmegaConf
 
         from ..env import EnvContext
+        from ..plugins.spec import import_factory
         from .shm import ShmLayout, attach
 
-        for key, value in msg.get("environ", {}).items():
-            os.environ.setdefault(key, value)
-        layout = ShmLayout.from_wire(msg["layout"])
-        self.mapping = attach(msg["shm_name"], layout)
-        factory = msg["factory"]
-        if isinstance(factory, bytes):
-            factory = pickle.loads(factory)
-        elif isinstance(factory, str):
-            import importlib
-
-            module_name, _, attr = factory.partition(":")
-            factory = getattr(importlib.import_module(module_name), attr)
-        cfg = OmegaConf.create(msg["cfg"])
-        ctx = EnvContext(**msg["ctx"])
+        layout = ShmLayout.from_wire(msg.layout)
+        self.mapping = attach(msg.shm_name, layout)
+        factory = import_factory(msg.factory)
+        cfg = OmegaConf.create(msg.cfg)
+        ctx = EnvContext(**msg.ctx)
         sys.stderr.write(
             f"envfleet shard: pid {os.getpid()} building {cfg.simulator_type!r} for rank {ctx.rank} stage {ctx.stage_id} "
             f"shard {ctx.shard_id} ({ctx.num_envs} envs from env {ctx.env_offset})\n"
@@ -176,41 +181,39 @@ class _Server:
             "state_ids": np.asarray(self.env.get_all_state_ids(), dtype=np.int64),
             "state_task_ids": np.asarray(self.env.get_state_task_ids(), dtype=np.int64),
             "supports_state": bool(getattr(self.env, "supports_state", False)),
-            "pid": os.getpid(),
         }
 
-    def reset(self, msg: dict[str, Any]) -> tuple[Any, ...]:
-        result = self.env.reset_envs_to_state_ids(msg["state_ids"], msg["task_ids"])
+    def reset(self, msg: ResetRequest) -> tuple[Any, ...]:
+        result = self.env.reset_envs_to_state_ids(msg.state_ids, msg.task_ids)
         self.writer.write(result.obs)  # type: ignore[union-attr]
         return self._reply(result.task_descriptions, result.infos)
 
-    def reset_some(self, msg: dict[str, Any]) -> tuple[Any, ...]:
-        result = self.env.reset_some_envs(msg["env_ids"], msg["state_ids"], msg["task_ids"])
+    def reset_some(self, msg: ResetSomeRequest) -> tuple[Any, ...]:
+        result = self.env.reset_some_envs(msg.env_ids, msg.state_ids, msg.task_ids)
         self.writer.write(result.obs)  # type: ignore[union-attr]
         return self._reply(result.task_descriptions, result.infos)
 
-    def step(self, msg: tuple[bytes, tuple[int, ...]]) -> tuple[Any, ...]:
-        raw, shape = msg
-        result = self.env.chunk_step(np.ndarray(shape, _F32, raw))  # read-only, over the message's bytes
+    def step(self, msg: StepRequest) -> tuple[Any, ...]:
+        result = self.env.chunk_step(np.ndarray(msg.shape, _F32, msg.actions))  # read-only, over the message's bytes
         self.writer.write(result.obs)  # type: ignore[union-attr]
         flags = (_as(result.rewards, _F32), _as(result.terminations, _BOOL), _as(result.truncations, _BOOL))
         return self._reply(result.task_descriptions, result.infos, flags)
 
-    def get_state(self, msg: dict[str, Any]) -> Any:
+    def get_state(self, msg: None) -> Any:
         return self.env.get_state()
 
-    def load_state(self, msg: dict[str, Any]) -> None:
-        self.env.load_state(msg["state"])
+    def load_state(self, msg: LoadStateRequest) -> None:
+        self.env.load_state(msg.state)
 
-    def flush_video(self, msg: dict[str, Any]) -> list[str]:
-        return list(self.env.flush_video(msg["subdir"]))
+    def flush_video(self, msg: FlushVideoRequest) -> list[str]:
+        return list(self.env.flush_video(msg.subdir))
 
-    def renderer_info(self, msg: dict[str, Any]) -> dict[str, str]:
+    def renderer_info(self, msg: None) -> dict[str, str]:
         info = {k.lower(): os.environ[k] for k in ("MUJOCO_GL", "PYOPENGL_PLATFORM") if os.environ.get(k)}
         info.update({str(k): str(v) for k, v in self.env.renderer_info().items()})
         return info
 
-    def close(self, msg: dict[str, Any]) -> None:
+    def close(self, msg: None) -> None:
         if self.env is not None:
             self.env.close()
             self.env = None
@@ -220,18 +223,19 @@ class _Server:
 
         while True:
             try:
-                cmd, msg = self.conn.recv()
+                cmd, raw = self.conn.recv()
             except (EOFError, OSError):
                 return
             t0 = time.perf_counter()
             try:
-                handler = self.commands.get(cmd)
-                if handler is None:
+                entry = self.commands.get(cmd)
+                if entry is None:
                     raise ValueError(f"unknown command {cmd!r}: expected one of {sorted(c.value for c in Command)}")
-                reply: tuple[Any, ...] = ok_message(handler(msg), time.perf_counter() - t0)
+                handler, argument = entry
+                reply: tuple[Any, ...] = ok_message(handler(None if argument is None else argument._make(raw)), time.perf_counter() - t0)
             except BaseException as exc:
-                kind = "invalid" if isinstance(exc, InvalidInputError) else "error"
-                error = RemoteError(kind, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+                kind = ErrorKind.INVALID if isinstance(exc, InvalidInputError) else ErrorKind.ERROR
+                error = RemoteError(kind, type(exc).__name__, str(exc), traceback.format_exc())
                 reply = err_message(error)
                 sys.stderr.write(error.traceback)
                 sys.stderr.flush()
@@ -240,7 +244,11 @@ class _Server:
             except (EOFError, OSError, BrokenPipeError):
                 return
             except Exception as exc:
-                self.conn.send(err_message(RemoteError("error", f"cannot send the reply to {cmd!r}: {exc}", traceback.format_exc())))
+                self.conn.send(
+                    err_message(
+                        RemoteError(ErrorKind.ERROR, type(exc).__name__, f"cannot send the reply to {cmd!r}: {exc}", traceback.format_exc())
+                    )
+                )
             if cmd == Command.CLOSE.value:
                 return
 
@@ -257,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
         server.serve()
     finally:
         try:
-            server.close({})
+            server.close(None)
         except Exception:
             traceback.print_exc()
         if server.mapping is not None:
