@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,8 +34,10 @@ from envfleet import ProcessEnvManager
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.env import ResetResult
-from envfleet.errors import InvalidInputError
+from envfleet.episodes import restarted_rows
+from envfleet.errors import InvalidInputError, SimulatorStoppedError
 from envfleet.fingerprint import fingerprint, protocol
+from envfleet.options import Mode
 from envfleet.plugins import get_backend
 
 from .batch import OBS_KEYS, create_env_batch_dataproto, put_tensor_cpu
@@ -43,6 +46,30 @@ from .metrics import EpisodeMetrics
 __all__ = ["EnvWorker", "put_tensor_cpu", "create_env_batch_dataproto", "OBS_KEYS"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class StageState:
+    """What a worker keeps of one stage in one mode (train or val)."""
+
+    manager: ProcessEnvManager
+    #: The description of the episode each row is running. With auto_reset a step's own
+    #: descriptions are those of the episodes that replaced the ended ones.
+    running: list[str] | None = None
+    used_ids: set[int] = field(default_factory=set)  # state ids reset to since the last finish_rollout
+    restarts_reported: int = 0  # the manager's restarts already in a finish_rollout's metrics
+
+    def take_used_ids(self) -> set[int]:
+        """The state ids used since the last call, forgotten from here."""
+        used, self.used_ids = self.used_ids, set()
+        return used
+
+    def new_restart_causes(self, rank: int) -> list[dict[str, Any]]:
+        """The manager's restarts since the last call, each with this worker's rank."""
+        stats = self.manager.stats
+        causes = [{"rank": rank, **entry} for entry in stats.restart_log if entry["n"] > self.restarts_reported]
+        self.restarts_reported = stats.restarts
+        return causes
 
 
 class EnvWorker:
@@ -65,15 +92,10 @@ class EnvWorker:
         self.stage_num = int(config.rollout.pipeline_stage_num)
         self.num_envs = int(config.train.num_envs)
         self.simulator_type = str(config.train.simulator_type)
-        self._managers: dict[str, list[ProcessEnvManager]] = {}
+        self._stages: dict[str, list[StageState]] = {}  # mode -> one state per stage
         self._stage_locks = [threading.Lock() for _ in range(self.stage_num)]
         self._init_lock = threading.Lock()
         self._metrics: dict[str, EpisodeMetrics] = collections.defaultdict(EpisodeMetrics)
-        # (mode, stage) -> the description of the episode each row is running. With auto_reset
-        # a step's own descriptions are those of the episodes that replaced the ended ones.
-        self._running: dict[tuple[str, int], list[str]] = {}
-        self._restarts_reported: dict[tuple[str, int], int] = {}  # (mode, stage) -> restarts already in metrics
-        self._used_ids: dict[tuple[str, int], set[int]] = collections.defaultdict(set)  # (mode, stage) -> state ids reset to
         self._last_reset: dict[str, DataProto] = {}
         self._pool = ThreadPoolExecutor(max_workers=max(self.stage_num, 1), thread_name_prefix=f"envfleet-w{rank}")
         self._lane: Any = None
@@ -85,11 +107,12 @@ class EnvWorker:
             self._ensure_managers("train")
 
     def _ensure_managers(self, mode: str) -> list[ProcessEnvManager]:
-        if mode not in ("train", "val"):
-            raise InvalidInputError(f"mode must be 'train' or 'val', got {mode!r}")
-        if mode not in self._managers:
-            self._managers[mode] = [ProcessEnvManager(self.cfg, stage_id=s, rank=self.rank, mode=mode) for s in range(self.stage_num)]
-        return self._managers[mode]
+        mode = self._mode(mode=mode)
+        if mode not in self._stages:
+            self._stages[mode] = [
+                StageState(ProcessEnvManager(self.cfg, stage_id=s, rank=self.rank, mode=mode)) for s in range(self.stage_num)
+            ]
+        return [stage.manager for stage in self._stages[mode]]
 
     def init_simulator(self, mode: str = "train") -> None:
         """Start every stage's simulator processes (all stages at once)."""
@@ -99,8 +122,8 @@ class EnvWorker:
 
     def stop_simulator(self, mode: str = "train") -> None:
         """Offload: save state and free every stage's processes (see ProcessEnvManager.stop_simulator)."""
-        for m in self._managers.get(mode, []):
-            m.stop_simulator()
+        for stage in self._stages.get(mode, []):
+            stage.manager.stop_simulator()
 
     def open_lane(self) -> tuple[str, bytes]:
         """Serve ``env_interact_step`` on a local lane (see :mod:`envfleet_ray.lane`); returns its address and token.
@@ -118,9 +141,9 @@ class EnvWorker:
         """Stop every simulator process and free shared memory. Safe to call twice."""
         if self._lane is not None:
             self._lane.close()
-        for managers in self._managers.values():
-            for m in managers:
-                m.close()
+        for stages in self._stages.values():
+            for stage in stages:
+                stage.manager.close()
         self._pool.shutdown(wait=False)
 
     def node_info(self) -> dict[str, Any]:
@@ -138,10 +161,10 @@ class EnvWorker:
             "ip": ip,
             "node_id": node_id,
             "pid": os.getpid(),
-            "shard_pids": {mode: [m.shard_pids() for m in ms] for mode, ms in self._managers.items()},
+            "shard_pids": {mode: [stage.manager.shard_pids() for stage in stages] for mode, stages in self._stages.items()},
         }
 
-    # ------------------------------------------------------------------ seed API
+    # ------------------------------------------------------------------ verl's env-worker API
     def _stage(self, data: DataProto) -> int:
         if "stage_id" not in data.meta_info:
             raise InvalidInputError(f"meta_info['stage_id'] is missing: expected an int in [0, {self.stage_num})")
@@ -156,15 +179,19 @@ class EnvWorker:
 
     def _mode(self, data: DataProto | None = None, mode: str | None = None) -> str:
         value = mode or (data.meta_info.get("mode", "train") if data is not None else "train")
-        if value not in ("train", "val"):
-            raise InvalidInputError(f"mode must be 'train' or 'val', got {value!r}")
-        return str(value)
+        try:
+            return str(Mode.check(value))
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from None
+
+    def _running_stages(self, mode: str) -> list[StageState]:
+        stages = self._stages.get(mode)
+        if stages is None:
+            raise SimulatorStoppedError(f"worker {self.rank}: call init_worker() and init_simulator({mode!r}) first")
+        return stages
 
     def _running_managers(self, mode: str) -> list[ProcessEnvManager]:
-        managers = self._managers.get(mode)
-        if managers is None:
-            raise RuntimeError(f"worker {self.rank}: call init_worker() and init_simulator({mode!r}) first")
-        return managers
+        return [stage.manager for stage in self._running_stages(mode)]
 
     def env_interact_step(self, data: DataProto) -> DataProto:
         """Step one stage with ``data.non_tensor_batch["actions"]`` ``[n, chunk, action_dim]``.
@@ -189,7 +216,8 @@ class EnvWorker:
                 actions = np.stack(list(actions)).astype(np.float32)
             except (ValueError, TypeError) as exc:
                 raise InvalidInputError(f"actions is an object array that does not stack into [n, chunk, action_dim]: {exc}") from None
-        manager = self._running_managers(mode)[stage]
+        state = self._running_stages(mode)[stage]
+        manager = state.manager
         with self._stage_locks[stage]:
             m0 = manager.stats.wall_s
             result = manager.chunk_step(actions)
@@ -198,11 +226,11 @@ class EnvWorker:
         obs["task_descriptions"] = result.task_descriptions
         out = create_env_batch_dataproto(obs, result.rewards, result.terminations, result.truncations, result.infos, {"stage_id": stage})
         metrics = self._metrics[mode]
-        running = self._running.get((mode, stage), result.task_descriptions)
-        self._running[(mode, stage)] = list(result.task_descriptions)
+        running = state.running if state.running is not None else result.task_descriptions
+        state.running = list(result.task_descriptions)
         went = result.infos.get("reset_state_id")
         if went is not None:
-            self._used_ids[(mode, stage)].update(int(i) for i in np.asarray(went) if i >= 0)
+            state.used_ids.update(int(i) for i in np.asarray(went) if i >= 0)
         metrics.add_step(result.infos, running, manager.num_envs, result.rewards.shape[1])
         metrics.worker_s += time.perf_counter() - t0 - inner
         return out
@@ -215,7 +243,8 @@ class EnvWorker:
         if not isinstance(data, DataProto):
             raise InvalidInputError(f"reset_envs_to_state_ids takes a DataProto, got {type(data).__name__}")
         mode = self._mode(data)
-        managers = self._running_managers(mode)
+        stages = self._running_stages(mode)
+        managers = [stage.manager for stage in stages]
         expected = self.num_envs * self.stage_num
         if "state_ids" not in data.non_tensor_batch and (data.batch is None or "state_ids" not in data.batch.keys()):
             raise InvalidInputError(
@@ -245,8 +274,8 @@ class EnvWorker:
         for s, r in enumerate(results):
             stage_obs: dict[str, Any] = dict(r.obs)
             stage_obs["task_descriptions"] = r.task_descriptions
-            self._running[(mode, s)] = list(r.task_descriptions)
-            self._used_ids[(mode, s)].update(int(i) for i in np.asarray(state_ids[s * n : (s + 1) * n]))
+            stages[s].running = list(r.task_descriptions)
+            stages[s].used_ids.update(int(i) for i in np.asarray(state_ids[s * n : (s + 1) * n]))
             z = np.zeros((n, 0))
             part = create_env_batch_dataproto(stage_obs, z.astype(np.float32), z.astype(bool), z.astype(bool), r.infos)
             part.non_tensor_batch["stage_id"] = np.full(n, s, dtype=np.int64)
@@ -269,18 +298,15 @@ class EnvWorker:
         ``sim_restarted`` True."""
         last = self._last_reset.get(mode)
         if last is None:
-            raise RuntimeError(f"worker {self.rank}: no reset to report after a restart")
+            raise SimulatorStoppedError(f"worker {self.rank}: no reset to report after a restart")
         n = self.num_envs
         part = last.slice(stage_id * n, (stage_id + 1) * n)
         assert part.batch is not None
         obs: dict[str, Any] = {k: part.batch[k] for k in OBS_KEYS if k in part.batch.keys()}
         obs["task_descriptions"] = list(part.non_tensor_batch["task_descriptions"])
-        truncs = np.zeros((n, chunk), dtype=bool)
-        truncs[:, -1] = True
+        rows = restarted_rows(n, chunk)
         infos = {"sim_restarted": np.ones(n, dtype=bool), "worker_restarted": np.ones(n, dtype=bool)}
-        return create_env_batch_dataproto(
-            obs, np.zeros((n, chunk), np.float32), np.zeros((n, chunk), bool), truncs, infos, {"stage_id": stage_id}
-        )
+        return create_env_batch_dataproto(obs, rows.rewards, rows.terminations, rows.truncations, infos, {"stage_id": stage_id})
 
     def finish_rollout(self, mode: str = "train") -> dict[str, Any]:
         """Flush videos (``stage_{i}`` subdirectories) and return the rollout's metrics since the last call.
@@ -296,9 +322,38 @@ class EnvWorker:
         simulators, in transfer (messaging and copies) and in the worker; ``videos``.
         """
         mode = self._mode(mode=mode)
-        managers = self._managers.get(mode, [])
+        stages = self._stages.get(mode, [])
+        managers = [stage.manager for stage in stages]
         parts = self._protocol(mode, managers)
-        used = [self._used_ids.pop((mode, s), set()) for s in range(len(managers))]
+        used = [stage.take_used_ids() for stage in stages]
+        videos = self._flush_videos(managers, parts, used)
+        metrics = self._metrics.pop(mode, EpisodeMetrics())
+        per_task = metrics.per_task_dict()
+        all_used = set().union(*used)
+        return {
+            "rank": self.rank,
+            "mode": mode,
+            "per_task": per_task,
+            "episodes": sum(r["episodes"] for r in per_task.values()),
+            "successes": sum(r["successes"] for r in per_task.values()),
+            "env_steps": metrics.env_steps,
+            "chunks": metrics.chunks,
+            "sim_restarts": sum(m.stats.restarts for m in managers),
+            "restart_causes": [cause for stage in stages for cause in stage.new_restart_causes(self.rank)],
+            "warnings": self._reset_warnings(per_task),
+            "protocol": parts,
+            "state_ids_used": sorted(all_used),
+            "fingerprint": fingerprint(parts, all_used),
+            "time": {
+                "simulator_s": sum(m.stats.sim_s for m in managers),
+                "transfer_s": sum(m.stats.transfer_s for m in managers),
+                "worker_s": metrics.worker_s,
+            },
+            "videos": videos,
+        }
+
+    def _flush_videos(self, managers: list[ProcessEnvManager], parts: dict[str, Any], used: list[set[int]]) -> list[str]:
+        """Flush each stage's video to ``stage_{i}``, each with a ``.json`` sidecar of its stage's fingerprint; wait for them."""
         videos: list[str] = []
         for s, m in enumerate(managers):
             with self._stage_locks[s]:
@@ -310,8 +365,10 @@ class EnvWorker:
             videos += paths
         for m in managers:
             m.wait_video()
-        metrics = self._metrics.pop(mode, EpisodeMetrics())
-        per_task = metrics.per_task_dict()
+        return videos
+
+    def _reset_warnings(self, per_task: dict[Any, dict[str, Any]]) -> list[str]:
+        """One warning per task with episodes already successful at reset (logged, and returned)."""
         warnings = [
             f"task {task}: {row['successful_at_reset']} of {row['episodes']} episodes were already successful at reset "
             "(their initial state passes the success check; success rates count them)"
@@ -320,31 +377,7 @@ class EnvWorker:
         ]
         for warning in warnings:
             log.warning("worker %d: %s", self.rank, warning)
-        restart_causes = []
-        for s, m in enumerate(managers):
-            seen = self._restarts_reported.get((mode, s), 0)
-            restart_causes += [{"rank": self.rank, **entry} for entry in m.stats.restart_log if entry["n"] > seen]
-            self._restarts_reported[(mode, s)] = m.stats.restarts
-        all_used = set().union(*used)
-        sim_s = sum(m.stats.sim_s for m in managers)
-        transfer_s = sum(m.stats.transfer_s for m in managers)
-        return {
-            "rank": self.rank,
-            "mode": mode,
-            "per_task": per_task,
-            "episodes": sum(r["episodes"] for r in per_task.values()),
-            "successes": sum(r["successes"] for r in per_task.values()),
-            "env_steps": metrics.env_steps,
-            "chunks": metrics.chunks,
-            "sim_restarts": sum(m.stats.restarts for m in managers),
-            "restart_causes": restart_causes,
-            "warnings": warnings,
-            "protocol": parts,
-            "state_ids_used": sorted(all_used),
-            "fingerprint": fingerprint(parts, all_used),
-            "time": {"simulator_s": sim_s, "transfer_s": transfer_s, "worker_s": metrics.worker_s},
-            "videos": videos,
-        }
+        return warnings
 
     def _protocol(self, mode: str, managers: list[ProcessEnvManager]) -> dict[str, Any]:
         """This mode's protocol (see :mod:`envfleet.fingerprint`), its renderer asked of stage 0's first shard."""
