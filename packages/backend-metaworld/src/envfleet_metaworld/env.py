@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from envfleet.env import ChunkStepResult, Env, EnvContext, ObservationSpec, ResetResult
-from envfleet.episodes import EpisodeTracker, StateCycle
+from envfleet.batched_env import BatchedEnv
+from envfleet.env import ChunkStepResult, EnvContext, ResetResult
 from envfleet.validation import StateTable, check_actions, check_reset_ids
 
 from .plugin import ACTION_DIM, STATE_DIM, horizon, observation_spec, suite_tasks
@@ -57,8 +57,8 @@ def import_metaworld() -> Any:
     return metaworld
 
 
-class MetaworldEnv(Env):
-    """The MetaWorld backend's :class:`~envfleet.env.Env`. See the module doc."""
+class MetaworldEnv(BatchedEnv):
+    """The MetaWorld backend's :class:`~envfleet.env.Env` (a :class:`~envfleet.batched_env.BatchedEnv`). See the module doc."""
 
     supports_state = True
 
@@ -80,36 +80,22 @@ class MetaworldEnv(Env):
         self.camera = str(cfg.init_params.camera_names[0])
         self.corner2_pos = None if section.corner2_pos is None else np.asarray(list(section.corner2_pos), dtype=np.float64)
         self.reward_version = str(section.reward_function_version)
-        self._spec = observation_spec(cfg, 1)
-        self._h, self._w = self._spec["full_image"].shape[:2]
-        self.states = StateTable.contiguous(self.get_state_task_ids())
-        self.tracker = EpisodeTracker(1, horizon(cfg), cfg.reward_coef, cfg.ignore_terminations)
-        self.cycle = (
-            StateCycle(self.get_all_state_ids(), cfg.seed, ctx.rank, ctx.stage_id, ctx.env_offset + np.arange(1))
-            if cfg.auto_reset
-            else None
-        )
-        self.obs = {k: np.zeros((1, *s.shape), dtype=s.dtype) for k, s in self._spec.items()}
+        spec = observation_spec(cfg, 1)
+        self._h, self._w = spec["full_image"].shape[:2]
+        self.states = StateTable.contiguous(np.arange(len(self.tasks) * VARIATIONS_PER_TASK, dtype=np.int64) // VARIATIONS_PER_TASK)
+        self.init_episodes(cfg, ctx, horizon(cfg))
+        self.init_observations(spec)
         self._mt1: dict[str, Any] = {}
         self._env: Any = None
         self._task: str | None = None
         self._sid = -1
         self._raw = np.zeros(STATE_DIM)
 
-    # ------------------------------------------------------------------ protocol
-    def observation_spec(self) -> ObservationSpec:
-        return dict(self._spec)
-
-    def get_all_state_ids(self) -> np.ndarray:
-        return np.arange(len(self.tasks) * VARIATIONS_PER_TASK, dtype=np.int64)
-
-    def get_state_task_ids(self) -> np.ndarray:
-        return self.get_all_state_ids() // VARIATIONS_PER_TASK
-
+    # ------------------------------------------------------------------ the Env contract
     def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
         state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=1)
         self._reset_to(int(state_ids[0]))
-        return ResetResult(obs=self._out(), task_descriptions=self._descriptions(), infos={"state_id": state_ids.copy()})
+        return ResetResult(obs=self.observations(), task_descriptions=self._descriptions(), infos={"state_id": state_ids.copy()})
 
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
         check_actions(actions, 1, ACTION_DIM)
@@ -132,10 +118,10 @@ class MetaworldEnv(Env):
             self._render()
         flags = t.end_chunk()
         if self.cycle is not None and flags.ended[0]:
-            sid = self.cycle.next(0)
+            sid = int(self.next_state_ids(np.array([0]))[0])
             self._reset_to(sid)
             flags.infos["reset_state_id"][0] = sid
-        return flags.to_result(self._out(), self._descriptions())
+        return flags.to_result(self.observations(), self._descriptions())
 
     def renderer_info(self) -> dict[str, str]:
         return {"platform": os.environ.get("MUJOCO_GL", "")}
@@ -145,7 +131,7 @@ class MetaworldEnv(Env):
 
         env = self._env
         if env is None:
-            return {"sid": None, "tracker": self.tracker.get_state(), "cycle": self._cycle_state()}
+            return {"sid": None, **self.episode_state()}
         what = mujoco.mjtState.mjSTATE_INTEGRATION
         physics = np.empty(mujoco.mj_stateSize(env.model, what), dtype=np.float64)
         mujoco.mj_getState(env.model, env.data, physics, what)
@@ -155,9 +141,7 @@ class MetaworldEnv(Env):
             "path_length": int(env.curr_path_length),
             "prev_obs": np.array(env._prev_obs, copy=True),
             "raw": np.array(self._raw, copy=True),
-            "tracker": self.tracker.get_state(),
-            "cycle": self._cycle_state(),
-            "obs": {k: v.copy() for k, v in self.obs.items()},
+            **self.episode_state(),
         }
 
     def load_state(self, state: Any) -> None:
@@ -173,11 +157,7 @@ class MetaworldEnv(Env):
             env.curr_path_length = int(state["path_length"])
             env._prev_obs = np.array(state["prev_obs"], copy=True)
             self._raw = np.array(state["raw"], copy=True)
-            for key, value in state["obs"].items():
-                self.obs[key][...] = value
-        self.tracker.load_state(state["tracker"])
-        if self.cycle is not None and state["cycle"] is not None:
-            self.cycle.load_state(state["cycle"])
+        self.load_episode_state(state)
 
     def close(self) -> None:
         if self._env is not None:
@@ -186,9 +166,6 @@ class MetaworldEnv(Env):
             self._task = None
 
     # ------------------------------------------------------------------ internals
-    def _cycle_state(self) -> Any:
-        return None if self.cycle is None else self.cycle.get_state()
-
     def _build(self, task: str) -> Any:
         if task not in self._mt1:
             self._mt1[task] = self._metaworld.MT1(task, seed=self.seed)
@@ -223,8 +200,4 @@ class MetaworldEnv(Env):
         self.obs["state"][0] = np.asarray(self._raw[:STATE_DIM], dtype=np.float32)
 
     def _descriptions(self) -> list[str]:
-        return [INSTRUCTIONS[self.tasks[int(self.tracker.task_ids[0])]] if self.tracker.task_ids[0] >= 0 else ""]
-
-    def _out(self) -> dict[str, np.ndarray]:
-        # One small image per process: the shard's copy into shared memory costs nothing next to the render.
-        return {k: v.copy() for k, v in self.obs.items()}
+        return self.descriptions(lambda task: INSTRUCTIONS[self.tasks[task]])

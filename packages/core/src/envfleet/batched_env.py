@@ -1,15 +1,19 @@
 """``BatchedEnv``: what a backend's :class:`~envfleet.env.Env` repeats, written once.
 
-Every backend keeps the same four things next to its simulator: an
+Every backend keeps the same five things next to its simulator: the table of its
+state ids (a :class:`~envfleet.validation.StateTable`), an
 :class:`~envfleet.episodes.EpisodeTracker` (rewards, flags and episode infos), a
 :class:`~envfleet.episodes.StateCycle` when ``auto_reset`` is on, host arrays for
 the observations that the shard may bind to its shared memory, and the part of a
-``get_state()`` snapshot that holds those. A subclass calls :meth:`init_episodes`
-and :meth:`init_observations` in its constructor and keeps only what is its own:
+``get_state()`` snapshot that holds those. A subclass sets ``states``, calls
+:meth:`init_episodes` and :meth:`init_observations` in its constructor, and keeps only
+what is its own; ``observation_spec``, ``get_all_state_ids`` and ``get_state_task_ids``
+are answered from what it set:
 
 >>> class MyEnv(BatchedEnv):                                       # doctest: +SKIP
 ...     def __init__(self, cfg, ctx):
 ...         self.num_envs, self.action_dim = ctx.num_envs, ctx.action_dim
+...         self.states = StateTable.contiguous(task_of_each_state)
 ...         self.init_observations(observation_spec(cfg, ctx.num_envs))
 ...         self.init_episodes(cfg, ctx, max_steps=cfg.max_episode_steps or 300)
 ...     def get_state(self):
@@ -25,25 +29,44 @@ import numpy as np
 
 from .env import Env, EnvContext, ObservationSpec
 from .episodes import EpisodeTracker, StateCycle
+from .validation import StateTable
 
 __all__ = ["BatchedEnv"]
 
 
 class BatchedEnv(Env):
-    """An :class:`~envfleet.env.Env` with an episode tracker, a state cycle and observation buffers.
+    """An :class:`~envfleet.env.Env` with a state table, an episode tracker, a state cycle and observation buffers.
 
-    Attributes set by :meth:`init_episodes` and :meth:`init_observations`:
+    Attributes the subclass sets, or :meth:`init_episodes` and :meth:`init_observations` do:
 
+    - ``states``: the :class:`~envfleet.validation.StateTable` of every state id and its task
+      (set by the subclass, before :meth:`init_episodes`);
     - ``tracker``: the :class:`~envfleet.episodes.EpisodeTracker` of every env;
     - ``cycle``: the :class:`~envfleet.episodes.StateCycle` of ``auto_reset``, or ``None``;
     - ``obs``: the observation arrays ``[num_envs, *spec.shape]``; write into them, and
       return :meth:`observations` as a result's ``obs``.
     """
 
+    states: StateTable
     tracker: EpisodeTracker
     cycle: StateCycle | None
     obs: dict[str, np.ndarray]
+    obs_spec: ObservationSpec
     observations_bound: bool = False
+
+    def observation_spec(self) -> ObservationSpec:
+        """The spec given to :meth:`init_observations`."""
+        if not hasattr(self, "obs_spec"):
+            raise NotImplementedError(f"{type(self).__name__} has not called init_observations()")
+        return dict(self.obs_spec)
+
+    def get_all_state_ids(self) -> np.ndarray:
+        """Every state id of :attr:`states`."""
+        return self.states.state_ids.copy()
+
+    def get_state_task_ids(self) -> np.ndarray:
+        """The task of each state id of :attr:`states`."""
+        return self.states.tasks_of(self.states.state_ids)
 
     def init_episodes(self, cfg: Any, ctx: EnvContext, max_steps: int) -> None:
         """Make the tracker (``max_steps``, ``cfg.reward_coef``, ``cfg.ignore_terminations``) and, with
@@ -57,6 +80,7 @@ class BatchedEnv(Env):
 
     def init_observations(self, spec: ObservationSpec) -> None:
         """Zeroed observation arrays, one per key of ``spec``."""
+        self.obs_spec = dict(spec)
         self.obs = {key: np.zeros((self.num_envs, *s.shape), dtype=s.dtype) for key, s in spec.items()}
         self.observations_bound = False
 
