@@ -330,19 +330,25 @@ def load_config(
     """
     lookup = backend_lookup or get_backend
     known = list(list_backends()) if backend_lookup is None else []
+    user = _read_user_config(path, overrides, data)
+    others = _load_other_sections(user)  # first: a misspelt top-level key ("trian") is named as such
+    result = {**_load_env_sections(user, lookup, known), **others}
+    _check_model(result, user, lookup)
+    cfg = OmegaConf.create(result)
+    OmegaConf.set_readonly(cfg, True)
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def _read_user_config(
+    path: str | os.PathLike[str] | None, overrides: Sequence[str], data: Mapping[str, Any] | DictConfig | None
+) -> DictConfig:
+    """``data``, then the file at ``path``, then ``overrides``, merged (a whole verl trainer config unwrapped)."""
     layers: list[Any] = []
     if data is not None:
         layers.append(OmegaConf.create(dict(data) if isinstance(data, Mapping) else data))
     if path is not None:
-        if not os.path.isfile(path):
-            raise ConfigError(f"config file not found: {os.fspath(path)!r} (expected a YAML file in verl's env layout)")
-        try:
-            loaded = OmegaConf.load(os.fspath(path))
-        except Exception as exc:
-            raise ConfigError(f"config file {os.fspath(path)!r} is not valid YAML: {exc}") from None
-        if not isinstance(loaded, DictConfig):
-            raise ConfigError(f"config file {os.fspath(path)!r} must hold a mapping at the top level")
-        layers.append(loaded)
+        layers.append(_read_yaml(path))
     layers.append(parse_overrides(overrides))
     for i, layer in enumerate(layers):
         if "env" in layer and "train" not in layer:  # a whole verl trainer config
@@ -352,9 +358,23 @@ def load_config(
     except OmegaConfBaseException as exc:
         raise ConfigError(f"cannot merge config: {exc}") from None
     assert isinstance(user, DictConfig)
-    top = {k: v for k, v in user.items() if k not in ("train", "val")}
-    _reject_unknown_keys(top, EnvFleetConfig, "")
-    rest = _merge(EnvFleetConfig, "", top)
+    return user
+
+
+def _read_yaml(path: str | os.PathLike[str]) -> DictConfig:
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file not found: {os.fspath(path)!r} (expected a YAML file in verl's env layout)")
+    try:
+        loaded = OmegaConf.load(os.fspath(path))
+    except Exception as exc:
+        raise ConfigError(f"config file {os.fspath(path)!r} is not valid YAML: {exc}") from None
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"config file {os.fspath(path)!r} must hold a mapping at the top level")
+    return loaded
+
+
+def _load_env_sections(user: DictConfig, lookup: Callable[[str], BackendSpec], known: Sequence[str]) -> dict[str, Any]:
+    """``train`` and ``val`` (a copy of ``train``, with what ``val`` sets on top), each checked against its backend."""
     if "train" not in user:
         raise ConfigError("config section 'train' is required (at least train.simulator_type)")
     result: dict[str, Any] = {"train": _load_section("train", user.train, lookup, known)}
@@ -363,16 +383,27 @@ def load_config(
         result["val"] = _load_section("val", val_user, lookup, known)
     else:
         result["val"] = result["train"]
-    rest_c = OmegaConf.to_container(rest, resolve=False)
-    assert isinstance(rest_c, dict)
-    for key in ("rollout", "actor", "disagg_sim"):
-        result[key] = rest_c[key]
+    return result
+
+
+def _load_other_sections(user: DictConfig) -> dict[str, Any]:
+    """``rollout``, ``actor`` and ``disagg_sim``, checked against :class:`EnvFleetConfig`."""
+    top = {k: v for k, v in user.items() if k not in ("train", "val")}
+    _reject_unknown_keys(top, EnvFleetConfig, "")
+    rest = OmegaConf.to_container(_merge(EnvFleetConfig, "", top), resolve=False)
+    assert isinstance(rest, dict)
+    return {key: rest[key] for key in ("rollout", "actor", "disagg_sim")}
+
+
+def _check_model(result: dict[str, Any], user: DictConfig, lookup: Callable[[str], BackendSpec]) -> None:
+    """``rollout.pipeline_stage_num``, and ``actor.model``: the backend's action size unless the user
+    gives one, and every section's backend agreeing with it."""
     if result["rollout"]["pipeline_stage_num"] < 1:
         raise ConfigError(f"config key 'rollout.pipeline_stage_num' must be >= 1, got {result['rollout']['pipeline_stage_num']}")
     model = result["actor"]["model"]
     train_spec = lookup(result["train"]["simulator_type"])
     if OmegaConf.select(user, "actor.model.action_dim") is None and train_spec.action_dim is not None:
-        model["action_dim"] = int(train_spec.action_dim)  # the backend's action size, unless the user gives one
+        model["action_dim"] = int(train_spec.action_dim)
     if model["num_action_chunks"] < 1 or model["action_dim"] < 1:
         raise ConfigError(f"config keys 'actor.model.num_action_chunks' and 'actor.model.action_dim' must be >= 1, got {model}")
     for section in ("train", "val"):
@@ -381,7 +412,3 @@ def load_config(
             raise ConfigError(
                 f"config key 'actor.model.action_dim' is {model['action_dim']}, but backend {spec.name!r} takes actions of size {spec.action_dim}"
             )
-    cfg = OmegaConf.create(result)
-    OmegaConf.set_readonly(cfg, True)
-    OmegaConf.set_struct(cfg, True)
-    return cfg
