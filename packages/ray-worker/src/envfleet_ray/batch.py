@@ -1,4 +1,4 @@
-"""The seed's batch helpers: ``put_tensor_cpu`` and ``create_env_batch_dataproto``.
+"""verl's env-worker batch helpers: ``put_tensor_cpu`` and ``create_env_batch_dataproto``.
 
 Both keep the contract of verl's env worker (``verl/experimental/vla/workers/env/env_worker.py``),
 so code written against verl's helpers works unchanged:
@@ -6,7 +6,7 @@ so code written against verl's helpers works unchanged:
 - ``put_tensor_cpu(d)`` moves every tensor of a dict to CPU, contiguous, in place and
   recursively, and returns the same dict;
 - ``create_env_batch_dataproto(obs, rews, terminations, truncations, infos, meta)`` takes
-  the seed's observation layout ``{"images_and_states": {"full_image", "wrist_image",
+  verl's env worker's observation layout ``{"images_and_states": {"full_image", "wrist_image",
   "state"}, "task_descriptions": [...]}`` (or the flat one envfleet's managers return,
   ``{"full_image", "wrist_image", "state", "task_descriptions"}``) and returns the step's
   DataProto. A layout it does not know is an error naming the keys, never a silent drop.
@@ -70,7 +70,7 @@ def _observations(obs: Mapping[str, Any]) -> Mapping[str, Any]:
         if extra or not isinstance(inner, Mapping):
             raise InvalidInputError(
                 f"obs has keys {keys}: expected {{'{NESTED_OBS_KEY}': {{{', '.join(OBS_KEYS)}}}, '{_DESCRIPTIONS}'}} "
-                f"(the seed's layout) or {{{', '.join(OBS_KEYS)}, '{_DESCRIPTIONS}'}} (flat)"
+                f"(verl's env-worker layout) or {{{', '.join(OBS_KEYS)}, '{_DESCRIPTIONS}'}} (flat)"
             )
         unknown = sorted(str(k) for k in inner if k not in OBS_KEYS)
         if unknown:
@@ -82,7 +82,7 @@ def _observations(obs: Mapping[str, Any]) -> Mapping[str, Any]:
     if unknown or not any(k in obs for k in OBS_KEYS):
         raise InvalidInputError(
             f"obs has keys {keys}: expected {{'{NESTED_OBS_KEY}': {{{', '.join(OBS_KEYS)}}}, '{_DESCRIPTIONS}'}} "
-            f"(the seed's layout) or {{{', '.join(OBS_KEYS)}, '{_DESCRIPTIONS}'}} (flat)"
+            f"(verl's env-worker layout) or {{{', '.join(OBS_KEYS)}, '{_DESCRIPTIONS}'}} (flat)"
         )
     return obs
 

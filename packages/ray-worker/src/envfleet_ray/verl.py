@@ -4,7 +4,7 @@ behind verl's ``Worker``.
 verl's ``RobRayPPOTrainer`` builds its Env role as
 ``RayClassWithInitArgs(ray.remote(EnvWorker), config=config.env)``, passes it through
 ``create_colocated_worker_cls`` and ``RayWorkerGroup``, and its ``EnvLoop`` drives it.
-This class has the seed's constructor and dispatch modes, so a verl user changes the
+This class has the constructor and dispatch modes of verl's env worker, so a verl user changes the
 class in the role mapping and nothing else::
 
     from envfleet_ray.verl import EnvWorker            # instead of verl's own
