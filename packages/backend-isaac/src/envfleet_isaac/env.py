@@ -81,7 +81,6 @@ class IsaacEnv(BatchedEnv):
         self._gym_env: Any = None
         self.env: Any = None
         self._stepping = False
-        self.intercepted_resets = 0  # how many resets Isaac Lab asked for inside step() (and did not do)
         self.init_observations(self._spec)
         self._obs_t = {k: torch.from_numpy(v) for k, v in self.obs.items()}
         self._held_mask = np.zeros(self.num_envs, dtype=bool)
@@ -204,8 +203,7 @@ class IsaacEnv(BatchedEnv):
 
         def guarded(env_ids: Any, *args: Any, **kwargs: Any) -> Any:
             if self._stepping:
-                self.intercepted_resets += 1
-                return None
+                return None  # Isaac Lab's own auto-reset inside step(): envfleet resets instead
             return original(env_ids, *args, **kwargs)
 
         self.env._reset_idx = guarded

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-__all__ = ["PUSHER_TASK", "register"]
+from ..plugin import PUSHER_TASK
 
-PUSHER_TASK = "Envfleet-Pusher-v0"
+__all__ = ["PUSHER_TASK", "register"]
 
 
 def register() -> None:

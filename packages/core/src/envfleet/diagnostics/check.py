@@ -61,8 +61,7 @@ def check_backend(name: str, overrides: Sequence[str] = ()) -> CheckResult:
     try:
         cfg = smallest_config(name, overrides)
         t0 = time.perf_counter()
-        with ProcessEnvManager(cfg) as mgr:
-            mgr.start_simulator()
+        with ProcessEnvManager(cfg) as mgr:  # entering starts the simulator
             seconds["build"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             mgr.reset_envs_to_state_ids(mgr.get_all_state_ids()[:1])

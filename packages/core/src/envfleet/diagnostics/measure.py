@@ -160,8 +160,7 @@ def _one_run(cfg: Any, result: Measurement, mode: str, first: bool) -> None:
     from ..shards.manager import ProcessEnvManager
 
     t0 = time.perf_counter()
-    with ProcessEnvManager(cfg) as mgr:
-        mgr.start_simulator()
+    with ProcessEnvManager(cfg) as mgr:  # entering starts the simulator
         build = time.perf_counter() - t0
         t0 = time.perf_counter()
         mgr.reset_envs_to_state_ids(mgr.get_all_state_ids()[: mgr.num_envs])
