@@ -8,6 +8,28 @@ import pytest
 
 from envfleet.shards.shm import SHM_PREFIX
 
+#: The toy's own keys (``train.toy.*``); any other keyword of :func:`toy_cfg` is a ``train.*`` key.
+TOY_KEYS = ("step_cost_s", "step_sleep_s", "envs_per_process", "raise_on_step", "raise_in_constructor", "exit_on_step", "frozen")
+
+
+def toy_cfg(num_envs: int = 2, chunk: int = 4, stages: int = 1, *overrides: str, **train: object) -> object:
+    """A loaded config of the toy backend: ``num_envs`` per stage, ``stages`` pipeline stages,
+    ``chunk`` sub-steps; keywords set ``train.toy.*`` (:data:`TOY_KEYS`) or ``train.*`` keys, and
+    ``overrides`` are further ``key=value`` strings."""
+    from envfleet.config import load_config
+
+    keys = [f"train.toy.{k}={v}" if k in TOY_KEYS else f"train.{k}={v}" for k, v in train.items()]
+    return load_config(
+        overrides=[
+            "train.simulator_type=toy",
+            f"train.num_envs={num_envs}",
+            f"rollout.pipeline_stage_num={stages}",
+            f"actor.model.num_action_chunks={chunk}",
+            *keys,
+            *overrides,
+        ]
+    )
+
 
 def shm_segments() -> set[str]:
     """envfleet's segments in /dev/shm."""
@@ -61,13 +83,14 @@ def no_leaks():
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    """A local Ray of 4 CPUs bound to 127.0.0.1 for the tests of one module, shut down after them."""
+def local_ray(request):
+    """A local Ray bound to 127.0.0.1 for the tests of one module, shut down after them: 4 CPUs,
+    or the module's ``RAY_CPUS``."""
     import ray
 
     from envfleet_ray import init_ray
 
-    info = init_ray(num_cpus=4)
+    info = init_ray(num_cpus=getattr(request.module, "RAY_CPUS", 4))
     assert info["local"]
     yield info
     ray.shutdown()

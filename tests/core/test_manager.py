@@ -20,16 +20,11 @@ from envfleet.config import load_config
 from envfleet.errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
 
 from ..conftest import own_segments as shm_segments
-from ..conftest import pid_alive
-
-_TOY_KEYS = ("step_cost_s", "step_sleep_s", "envs_per_process", "raise_on_step", "raise_in_constructor")
+from ..conftest import pid_alive, toy_cfg
 
 
 def make_cfg(num_envs: int = 4, chunk: int = 4, **toy: object) -> object:
-    overrides = [f"actor.model.num_action_chunks={chunk}", f"train.num_envs={num_envs}"]
-    overrides += [f"train.toy.{k}={v}" for k, v in toy.items() if k in _TOY_KEYS]
-    overrides += [f"train.{k}={v}" for k, v in toy.items() if k not in _TOY_KEYS]
-    return load_config(overrides=["train.simulator_type=toy", *overrides])
+    return toy_cfg(num_envs, chunk, **toy)
 
 
 @pytest.fixture
@@ -190,7 +185,7 @@ def test_a_slow_reset_gets_the_reset_deadline_not_the_step_deadline(manager) -> 
 
 
 def test_reset_deadline_defaults_to_the_larger_of_step_and_start() -> None:
-    from envfleet.config import ConfigError, load_config
+    from envfleet.config import ConfigError
 
     def deadline(**train: float) -> float:
         cfg = load_config(overrides=["train.simulator_type=toy", *[f"train.{k}={v}" for k, v in train.items()]])

@@ -9,30 +9,20 @@ import time
 import numpy as np
 import pytest
 
-from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError, WorkerDiedError
 from envfleet_ray.group import EnvWorkerGroup
 from envfleet_ray.loop import EnvLoop, interleaved_schedule
 from envfleet_ray.policies import load_policy
 
-from ..conftest import pid_alive
+from ..conftest import pid_alive, toy_cfg
 from .raytools import listening_sockets_of, ray_pids
 
 W, S, N, CHUNK = 2, 2, 2, 4
 
 
 def cfg(**extra: object):
-    return load_config(
-        overrides=[
-            "train.simulator_type=toy",
-            f"train.num_envs={N}",
-            f"rollout.pipeline_stage_num={S}",
-            f"actor.model.num_action_chunks={CHUNK}",
-            "train.max_episode_steps=8",
-            *[f"{k}={v}" for k, v in extra.items()],
-        ]
-    )
+    return toy_cfg(N, CHUNK, S, "train.max_episode_steps=8", *[f"{k}={v}" for k, v in extra.items()])
 
 
 @pytest.fixture

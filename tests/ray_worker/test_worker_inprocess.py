@@ -13,21 +13,14 @@ from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError
 from envfleet_ray.worker import EnvWorker, create_env_batch_dataproto, put_tensor_cpu
 
+from ..conftest import toy_cfg
+
 N, S, CHUNK = 2, 2, 4
 
 
 @pytest.fixture(scope="module")
 def worker():
-    cfg = load_config(
-        overrides=[
-            "train.simulator_type=toy",
-            f"train.num_envs={N}",
-            f"rollout.pipeline_stage_num={S}",
-            f"actor.model.num_action_chunks={CHUNK}",
-            "train.max_episode_steps=8",
-        ]
-    )
-    w = EnvWorker(cfg, rank=0)
+    w = EnvWorker(toy_cfg(N, CHUNK, S, max_episode_steps=8), rank=0)
     w.init_worker()
     w.init_simulator()
     yield w
@@ -147,7 +140,7 @@ def test_empty_batch_rejected(worker) -> None:
         )
 
 
-def test_put_tensor_cpu_works_in_place_like_the_seeds() -> None:
+def test_put_tensor_cpu_works_in_place_like_verls() -> None:
     t = torch.arange(6).reshape(2, 3).t()
     inner = {"d": t, "e": "x"}
     d = {"a": t, "b": 1, "c": inner}
@@ -169,7 +162,7 @@ def _flags(n: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.zeros((n, 3), np.float32), np.zeros((n, 3), bool), np.zeros((n, 3), bool)
 
 
-def test_create_env_batch_dataproto_takes_the_seeds_layout() -> None:
+def test_create_env_batch_dataproto_takes_verls_env_worker_layout() -> None:
     seed = create_env_batch_dataproto({"images_and_states": _arrays(), "task_descriptions": ["a", "b"]}, *_flags(), {})
     flat = create_env_batch_dataproto({**_arrays(), "task_descriptions": ["a", "b"]}, *_flags(), {})
     assert sorted(seed.batch.keys()) == ["full_image", "rews", "state", "terminations", "truncations", "wrist_image"]
@@ -184,7 +177,7 @@ def test_create_env_batch_dataproto_takes_the_seeds_layout() -> None:
         ({"images": _arrays(), "task_descriptions": ["a", "b"]}, "obs has keys ['images', 'task_descriptions']: expected"),
         ({"images_and_states": {**_arrays(), "depth": np.zeros((2, 4, 4))}}, "['depth'] unknown, expected some of"),
         ({"images_and_states": _arrays(), "extra": 1}, "obs has keys ['extra', 'images_and_states']"),
-        ({"images_and_states": [1, 2]}, "(the seed's layout)"),
+        ({"images_and_states": [1, 2]}, "(verl's env-worker layout)"),
         ({"task_descriptions": ["a", "b"]}, "obs has keys ['task_descriptions']: expected"),
     ],
     ids=["unknown-top-key", "unknown-nested-key", "extra-beside-nested", "nested-not-a-mapping", "no-observation"],

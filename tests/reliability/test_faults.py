@@ -12,29 +12,18 @@ import signal
 import numpy as np
 import pytest
 
-from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.errors import EnvFleetSimulatorError, WorkerDiedError
 from envfleet_ray.group import EnvWorkerGroup
 
-from ..conftest import pid_alive, shm_segments
+from ..conftest import pid_alive, shm_segments, toy_cfg
 from .harness import FaultReport, all_shard_pids, check_leaks, kill_random_shard, rollout_with_faults, scale
 
 W, S, N, CHUNK = 2, 2, 2, 4
 
 
 def make_cfg(**extra: object):
-    return load_config(
-        overrides=[
-            "train.simulator_type=toy",
-            f"train.num_envs={N}",
-            f"rollout.pipeline_stage_num={S}",
-            f"actor.model.num_action_chunks={CHUNK}",
-            "train.max_episode_steps=16",
-            "train.max_restarts=1000",
-            *[f"{k}={v}" for k, v in extra.items()],
-        ]
-    )
+    return toy_cfg(N, CHUNK, S, "train.max_episode_steps=16", "train.max_restarts=1000", *[f"{k}={v}" for k, v in extra.items()])
 
 
 def start_group(cfg, max_restarts: int = 0) -> EnvWorkerGroup:

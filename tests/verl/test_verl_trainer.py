@@ -11,12 +11,10 @@ import time
 
 import numpy as np
 import pytest
-import ray
 import torch
 from verl import DataProto
 
 from envfleet.errors import InvalidInputError
-from envfleet_ray import init_ray
 
 from ..conftest import shm_segments
 from ..reliability.bad_inputs import RESET, WORKER_CASES, BadInput
@@ -31,11 +29,7 @@ TOY = {
 }
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    init_ray(num_cpus=8)
-    yield
-    ray.shutdown()
+RAY_CPUS = 8  # for the local_ray fixture of tests/conftest.py: verl's roles and the rollout's
 
 
 @pytest.fixture(scope="module")
