@@ -6,8 +6,9 @@ A backend author never imports from here; a reader debugging a crash or a restar
 module              job
 ==================  ==========================================================================
 ``manager``         :class:`~envfleet.shards.manager.ProcessEnvManager`: one stage, split into shards
-``handle``          one shard seen from the parent: its process, socket, memory, restart budget
-``messages``        the commands the parent sends and the replies a shard returns
+``calls``           starting the shards, calling them all, restarting the ones that failed
+``handle``          one shard seen from the parent: send, reply_within, its process, memory, budget
+``messages``        the commands (each with a typed argument) and the replies a shard returns
 ``wire``            framing over the socket, and packing arrays into a reply
 ``replies``         merging the shards' replies into one batch
 ``recycling``       reusing reply buffers the caller no longer holds
