@@ -31,21 +31,21 @@ from .registry import (
 )
 from .spec import BackendSpec
 
-__all__ = [
+__all__ = [  # what a plugin author imports first, then the registry's calls, alphabetically
+    "BackendSpec",
+    "hookimpl",
     "NAME",
-    "DISABLE_AUTOLOAD_ENV",
     "ArraySpec",
     "EnvContext",
-    "hookimpl",
     "hookspec",
-    "BackendSpec",
     "BackendRegistry",
-    "PluginFailure",
+    "DISABLE_AUTOLOAD_ENV",
+    "get_backend",
     "get_plugin_manager",
     "list_backends",
-    "get_backend",
     "plugin_failures",
+    "PluginFailure",
     "register_plugin",
-    "unregister_plugin",
     "reset_plugins",
+    "unregister_plugin",
 ]
