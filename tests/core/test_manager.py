@@ -375,3 +375,26 @@ def test_each_env_gets_its_own_actions_and_returns_its_own_observations(no_leaks
             for key in ("state_id", "episode_length", "success_once"):
                 assert np.array_equal(got.infos[key], want.infos[key]), key
     reference.close()
+
+
+def test_a_null_chunk_length_takes_each_calls_own(no_leaks) -> None:
+    """``actor.model.num_action_chunks: null`` (verl-vla's config has no chunk length): each call's
+    actions set it, and flags follow; a fixed length still refuses another."""
+    cfg = load_config(overrides=["train.simulator_type=toy", "train.num_envs=2", "actor.model.num_action_chunks=null"])
+    mgr = ProcessEnvManager(cfg)
+    mgr.start_simulator()
+    try:
+        mgr.reset_envs_to_state_ids(np.array([0, 1]))
+        for chunk in (3, 5, 1):
+            out = mgr.chunk_step(actions(2, chunk))
+            assert out.rewards.shape == out.terminations.shape == out.truncations.shape == (2, chunk)
+    finally:
+        mgr.close()
+    fixed = ProcessEnvManager(make_cfg(num_envs=2, chunk=4))
+    fixed.start_simulator()
+    try:
+        fixed.reset_envs_to_state_ids(np.array([0, 1]))
+        with pytest.raises(InvalidInputError, match="chunk=4"):
+            fixed.chunk_step(actions(2, 3))
+    finally:
+        fixed.close()

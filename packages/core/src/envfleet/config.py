@@ -123,7 +123,8 @@ class RolloutConfig:
 class ModelConfig:
     """What the policy emits."""
 
-    num_action_chunks: int = 8  # sub-steps per chunk_step
+    # sub-steps per chunk_step; null: any length, set by each call's actions (verl-vla's config has none)
+    num_action_chunks: int | None = 8
     action_dim: int = 7  # size of one action; unset, the backend's own (BackendSpec.action_dim) when it declares one
 
 
@@ -404,7 +405,7 @@ def _check_model(result: dict[str, Any], user: DictConfig, lookup: Callable[[str
     train_spec = lookup(result["train"]["simulator_type"])
     if OmegaConf.select(user, "actor.model.action_dim") is None and train_spec.action_dim is not None:
         model["action_dim"] = int(train_spec.action_dim)
-    if model["num_action_chunks"] < 1 or model["action_dim"] < 1:
+    if (model["num_action_chunks"] is not None and model["num_action_chunks"] < 1) or model["action_dim"] < 1:
         raise ConfigError(f"config keys 'actor.model.num_action_chunks' and 'actor.model.action_dim' must be >= 1, got {model}")
     for section in ("train", "val"):
         spec = lookup(result[section]["simulator_type"])

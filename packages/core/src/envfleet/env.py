@@ -57,7 +57,7 @@ class EnvContext:
 
     num_envs: int
     action_dim: int
-    num_action_chunks: int
+    num_action_chunks: int | None  # None: the chunk length is not fixed
     rank: int = 0
     stage_id: int = 0
     shard_id: int = 0

@@ -77,7 +77,8 @@ class ProcessEnvManager:
         self.rank = int(rank)
         self.spec = backend or get_backend(self.env_cfg.simulator_type)
         self.num_envs = int(self.env_cfg.num_envs)
-        self.num_action_chunks = int(cfg.actor.model.num_action_chunks)
+        chunk = cfg.actor.model.num_action_chunks  # None: each call's actions set the chunk length
+        self.num_action_chunks = None if chunk is None else int(chunk)
         self.action_dim = int(cfg.actor.model.action_dim)
         self.obs_spec = self.spec.checked_observation_spec(self.env_cfg, self.num_envs)
         self.stats = ManagerStats()
