@@ -1,4 +1,4 @@
-"""nox sessions: tests, tests-core, tests-verl, tests-torchrl, tests-isaac, tests-metaworld, tests-maniskill, lint, typecheck, demo, bench, chaos, docs.
+"""nox sessions: tests, tests-core, tests-verl, tests-verl-vla, tests-torchrl, tests-isaac, tests-metaworld, tests-maniskill, lint, typecheck, demo, bench, chaos, docs.
 
 Every session installs from the pinned files in requirements/, so a fresh machine
 gets the same versions. System packages (EGL/OSMesa for rendering) come from
@@ -21,6 +21,7 @@ nox.options.sessions = [
     "tests",
     "tests-core",
     "tests-verl",
+    "tests-verl-vla",
     "tests-torchrl",
     "tests-isaac",
     "tests-metaworld",
@@ -46,6 +47,7 @@ PY312 = _python312()
 PACKAGES = ["packages/core", "packages/ray-worker", "packages/backend-libero"]
 TEST_PLUGINS = ["tests/plugins/envfleet-toy", "tests/plugins/envfleet-broken"]
 VERL_LOCK = "requirements/verl-py311.txt"
+VERL_VLA_LOCK = "requirements/verl-vla-py311.txt"
 MANISKILL_LOCK = "requirements/maniskill-py311.txt"
 RENDER_ENV = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
 
@@ -53,7 +55,7 @@ RENDER_ENV = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
 def _install_project(session: nox.Session, extra: list[str] | None = None, lock: str = "requirements/py311.txt") -> None:
     # The verl lock is complete and installed without resolving: verl's declared dependencies
     # (datasets, peft, wandb, ...) are not needed for its single controller and DataProto.
-    session.install(*(["--no-deps"] if lock == VERL_LOCK else []), "-r", lock)
+    session.install(*(["--no-deps"] if lock in (VERL_LOCK, VERL_VLA_LOCK) else []), "-r", lock)
     # Dependencies come from the pins above; the project itself is installed without resolving again.
     args = []
     for path in [*PACKAGES, *TEST_PLUGINS, *(extra or [])]:
@@ -65,7 +67,7 @@ def _install_project(session: nox.Session, extra: list[str] | None = None, lock:
 def tests(session: nox.Session) -> None:
     """Everything that runs on Python 3.11 (core, toy, ray-worker, LIBERO, reliability)."""
     _install_project(session)
-    args = session.posargs or ["tests", "--ignore=tests/isaac", "--ignore=tests/verl", "--ignore=tests/maniskill", "--ignore=tests/torchrl"]
+    args = session.posargs or ["tests", "--ignore=tests/isaac", "--ignore=tests/verl", "--ignore=tests/verl_vla", "--ignore=tests/maniskill", "--ignore=tests/torchrl"]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
 
 
@@ -106,6 +108,18 @@ def tests_torchrl(session: nox.Session) -> None:
         session.run(python, "-m", "pip", "install", "-q", "--no-deps", *args, external=True)
     args = session.posargs or ["tests/torchrl"]
     session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV, external=True)
+
+
+@nox.session(name="tests-verl-vla", python=PY311)
+def tests_verl_vla(session: nox.Session) -> None:
+    """envfleet's verl-vla adapter driven through verl 0.7.1's RayWorkerGroup in verl-vla's order of
+    calls; with ENVFLEET_VERL_VLA (a verl-vla checkout), also verl-vla's own TrainCluster."""
+    _install_project(session, lock=VERL_VLA_LOCK)
+    if os.environ.get("ENVFLEET_VERL_VLA"):
+        # verl-vla's import chain (hydra, accelerate, peft, ...): only for the opt-in test.
+        session.install("--no-deps", "-r", "requirements/verl-vla-extra-py311.txt")
+    args = session.posargs or ["tests/verl_vla"]
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
 
 
 @nox.session(name="tests-isaac", python=PY312)

@@ -1,0 +1,344 @@
+"""verl-vla's env worker with envfleet inside: ``EnvWorker(config, role)`` with verl-vla's ``cluster.env``.
+
+verl-vla's ``TrainCluster`` builds its Env role as
+``RayClassWithInitArgs(cls=ray.remote(EnvWorker), config=<EnvTrainConfig>, role="env")``
+in a ``RayWorkerGroup``, and its ``EnvLoop`` drives it. This class has that
+constructor, those methods, dispatch modes and blocking flags:
+
+- ``init_worker``: one-to-all; starts one envfleet manager per stage for each mode
+  of ``env_worker.modes`` (``train``, ``eval``);
+- ``reset_env(mode=, reset_eval=)``: non-blocking; the env chooses the states
+  (:class:`~envfleet_ray.reset_plan.ResetPlan`); with ``auto_reset`` it returns the
+  latest observations instead of resetting (unless ``reset_eval``);
+- ``env_interact_step(data, mode=)``: non-blocking; ``action`` ``[n, T, D]``;
+- ``get_eval_benchmark_size``, ``finish_rollout``, ``pop_lerobot_dataset``, ``record``,
+  ``replay_episode``, ``close``: one-to-all.
+
+The data methods are coroutines that run the step in a thread, so two stages of one
+worker step at the same time. :func:`use_envfleet` puts this class where verl-vla's
+``TrainCluster`` looks for its env worker, with no edit of verl-vla (a Ray
+``worker_process_setup_hook``). Config mapping: :mod:`envfleet_ray.verl_vla_config`.
+
+This is the only module of envfleet that imports verl-vla, and only for
+:data:`SimulatorConfig` (verl-vla's typed config checks the simulator section's class).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import torch
+
+from envfleet.dataproto import DataProto
+from envfleet.errors import InvalidInputError
+
+from .reset_plan import ResetPlan
+from .verl_vla_config import VerlVlaSettings, read_config
+from .worker import EnvWorker as FleetWorker
+
+try:
+    from verl.protocol import DataProto as VerlDataProto
+    from verl.single_controller.base import Worker
+    from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError(f"envfleet_ray.verl_vla needs verl 0.7.1's single controller and DataProto ({exc}): pip install verl==0.7.1") from exc
+
+__all__ = ["EnvWorker", "MESH", "use_envfleet", "dispatch_reset_env", "dispatch_env_interact_step", "collect_env"]
+
+MESH = "env"  # the dispatch mesh of the data methods, as in verl-vla's env worker
+_FLEET_MODE = {"train": "train", "eval": "val"}  # verl-vla's mode names -> envfleet's
+
+
+def dispatch_reset_env(worker_group: Any, *args: Any, **kwargs: Any) -> Any:
+    """``reset_env(mode="train", reset_eval=False)`` on every worker: the request travels in ``meta_info``."""
+    mode = kwargs.pop("mode", "train")
+    reset_eval = kwargs.pop("reset_eval", False)
+    if args or kwargs:
+        raise InvalidInputError(f"reset_env takes only mode= and reset_eval=, got {len(args)} positional and {sorted(kwargs)}")
+    request = VerlDataProto.from_dict(meta_info={"mode": mode, "reset_eval": reset_eval})
+    return make_nd_compute_dataproto_dispatch_fn(MESH)["dispatch_fn"](worker_group, request)
+
+
+def dispatch_env_interact_step(worker_group: Any, *args: Any, **kwargs: Any) -> Any:
+    """``env_interact_step(data, mode="train")``: ``data`` split by rank, ``mode`` to every worker."""
+    mode = kwargs.pop("mode", "train")
+    all_args, all_kwargs = make_nd_compute_dataproto_dispatch_fn(MESH)["dispatch_fn"](worker_group, *args, **kwargs)
+    all_kwargs["mode"] = [mode] * worker_group.world_size
+    return all_args, all_kwargs
+
+
+def collect_env(worker_group: Any, *args: Any, **kwargs: Any) -> Any:
+    """The workers' DataProtos concatenated, worker by worker."""
+    return make_nd_compute_dataproto_dispatch_fn(MESH)["collect_fn"](worker_group, *args, **kwargs)
+
+
+_DATA = {"dispatch_fn": dispatch_reset_env, "collect_fn": collect_env}
+_STEP = {"dispatch_fn": dispatch_env_interact_step, "collect_fn": collect_env}
+
+
+class EnvWorker(Worker):  # type: ignore[misc]
+    """verl-vla's env worker with envfleet inside.
+
+    :param config: verl-vla's ``cluster.env`` (``EnvTrainConfig``, or a mapping in its layout:
+        ``env_loop`` and ``env_worker``).
+    :param role: the role name verl-vla's ``TrainCluster`` passes (``"env"``).
+
+    The envfleet worker is :attr:`worker`; its rank is verl's rank.
+    """
+
+    def __init__(self, config: Any, role: str | None = None) -> None:
+        Worker.__init__(self)
+        self.cfg = config
+        self.role = role
+        self.settings: VerlVlaSettings = read_config(config)
+        self.stage_num = self.settings.stage_num
+        self.num_envs = self.settings.num_envs
+        self.worker = FleetWorker(self.settings.fleet_config, rank=self.rank)
+        self._plans: dict[tuple[str, int], ResetPlan] = {}
+        self._rows: dict[tuple[str, int], np.ndarray] = {}  # (mode, stage) -> the state id each env runs
+        self._latest: dict[tuple[str, int], Any] = {}  # (mode, stage) -> the latest observations, reset keys
+        self._register_dispatch_collect_info(MESH, dp_rank=self.rank, is_collect=True)
+
+    # ------------------------------------------------------------------ lifecycle
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_worker(self) -> None:
+        """Build and start one envfleet manager per stage for each of ``env_worker.modes``."""
+        self.worker.init_worker()
+        for mode in self.settings.modes:
+            self.worker.init_simulator(_FLEET_MODE[mode])
+            ids = self.worker.get_all_state_ids(_FLEET_MODE[mode])
+            tasks = self.worker.get_state_task_ids(_FLEET_MODE[mode])
+            for stage in range(self.stage_num):
+                self._plans[(mode, stage)] = ResetPlan(
+                    ids,
+                    tasks,
+                    **self.settings.filters,
+                    seed=self.settings.seed,
+                    process=self.rank * self.stage_num + stage,
+                    processes=self.world_size * self.stage_num,
+                    num_envs=self.num_envs,
+                )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def node_info(self) -> dict[str, Any]:
+        """Where this worker runs: host, pid and its simulator processes (see :meth:`envfleet_ray.worker.EnvWorker.node_info`)."""
+        return self.worker.node_info()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def close(self) -> None:
+        """Stop every simulator process and free shared memory. Safe to call twice."""
+        self.worker.close()
+
+    # ------------------------------------------------------------------ data
+    def _mode(self, mode: Any) -> str:
+        if mode not in ("train", "eval"):
+            raise InvalidInputError(f"mode must be 'train' or 'eval', got {mode!r}")
+        if mode not in self.settings.modes:
+            raise InvalidInputError(f"mode {mode!r} is not started: env_worker.modes is {list(self.settings.modes)}; add {mode!r} to it")
+        return str(mode)
+
+    @register(dispatch_mode=_DATA, blocking=False)
+    async def reset_env(self, data: Any) -> Any:
+        """Reset every stage to states the env chooses; rows stage by stage.
+
+        Keys: ``observation.images.image``, ``observation.images.wrist_image`` (when the
+        backend has one), ``observation.state``; non-tensors ``task``, ``task_id``,
+        ``eval_episode_id`` (the benchmark case, -1 in train).
+        """
+        return await asyncio.to_thread(self._reset_env, data)
+
+    def _reset_env(self, data: Any) -> Any:
+        meta = getattr(data, "meta_info", None)
+        if not isinstance(meta, dict):
+            raise InvalidInputError(f"reset_env takes a DataProto with meta_info {{mode, reset_eval}}, got {type(data).__name__}")
+        mode = self._mode(meta.get("mode", "train"))
+        reset_eval = meta.get("reset_eval", False)
+        if not isinstance(reset_eval, (bool, np.bool_)):
+            raise InvalidInputError(f"reset_eval must be a bool, got {reset_eval!r}")
+        stages = range(self.stage_num)
+        if self.settings.auto_reset and not reset_eval and all((mode, s) in self._latest for s in stages):
+            return VerlDataProto.concat([self._latest[(mode, s)] for s in stages])
+        chosen, cases = [], []
+        for s in stages:
+            plan = self._plans[(mode, s)]
+            if mode == "eval":
+                if reset_eval:
+                    plan.rewind()
+                ids, case = plan.next_eval(self.num_envs)
+            else:
+                ids = plan.next_train(self.num_envs)
+                case = np.full(self.num_envs, -1, dtype=np.int64)
+            chosen.append(ids)
+            cases.append(case)
+        request = DataProto.from_dict(non_tensors={"state_ids": np.concatenate(chosen)}, meta_info={"mode": _FLEET_MODE[mode]})
+        result = self.worker.reset_envs_to_state_ids(request)
+        n, parts = self.num_envs, []
+        for s in stages:
+            part = result.slice(s * n, (s + 1) * n)
+            self._rows[(mode, s)] = chosen[s]
+            self._latest[(mode, s)] = self._observations(mode, s, part)
+            parts.append(self._latest[(mode, s)])
+        return VerlDataProto.concat(parts)
+
+    @register(dispatch_mode=_STEP, blocking=False)
+    async def env_interact_step(self, data: Any, mode: str = "train") -> Any:
+        """Step stage ``data.meta_info["stage_id"]`` with ``action`` ``[n, T, D]`` (a tensor, or the
+        non-tensor ``action`` as a fallback).
+
+        Keys: ``obs.`` + the reset's keys (the observation after the chunk; with
+        ``auto_reset``, an ended episode's replacement and its ``obs.task_id`` /
+        ``obs.eval_episode_id``), ``next.reward``, ``next.terminated``, ``next.truncated``,
+        ``next.success`` (each ``[n, T]``).
+        """
+        return await asyncio.to_thread(self._step, data, mode)
+
+    def _step(self, data: Any, mode: str) -> Any:
+        mode = self._mode(mode)
+        if not isinstance(data, VerlDataProto):
+            raise InvalidInputError(f"env_interact_step takes a verl DataProto, got {type(data).__name__}")
+        if data.batch is not None and "action" in data.batch.keys():
+            action = data.batch["action"]
+        elif "action" in data.non_tensor_batch:
+            action = data.non_tensor_batch["action"]
+        else:
+            raise InvalidInputError("the DataProto has no 'action' (expected a tensor 'action' [n, T, action_dim], or a non-tensor one)")
+        if isinstance(action, np.ndarray) and action.dtype == object:
+            try:
+                action = np.stack(list(action))
+            except (ValueError, TypeError) as exc:
+                raise InvalidInputError(f"the non-tensor 'action' does not stack into [n, T, action_dim]: {exc}") from None
+        action = action.detach().cpu().numpy() if isinstance(action, torch.Tensor) else np.asarray(action)
+        if "stage_id" not in data.meta_info:
+            raise InvalidInputError(f"meta_info['stage_id'] is missing: expected an int in [0, {self.stage_num})")
+        stage = data.meta_info["stage_id"]
+        request = DataProto.from_dict(non_tensors={"actions": action}, meta_info={"stage_id": stage, "mode": _FLEET_MODE[mode]})
+        in_range = isinstance(stage, (int, np.integer)) and not isinstance(stage, bool) and 0 <= stage < self.stage_num
+        if in_range and (mode, int(stage)) not in self._rows:
+            raise InvalidInputError(f"stage {stage} of mode {mode!r} has not been reset: call reset_env(mode={mode!r}) first")
+        result = self.worker.env_interact_step(request)
+        stage = int(stage)
+        batch = result.batch
+        assert batch is not None
+        went = batch["reset_state_id"].numpy() if "reset_state_id" in batch.keys() else np.full(self.num_envs, -1)
+        rows = np.where(went >= 0, went, self._rows[(mode, stage)]).astype(np.int64)
+        self._rows[(mode, stage)] = rows
+        latest = self._observations(mode, stage, result)
+        self._latest[(mode, stage)] = latest
+        terminated = batch["terminations"].bool()
+        success = batch["success"].bool() if "success" in batch.keys() and batch["success"].shape == terminated.shape else terminated
+        tensors = {f"obs.{k}": v for k, v in latest.batch.items()}
+        tensors.update(
+            {
+                "next.reward": batch["rews"].float(),
+                "next.terminated": terminated,
+                "next.truncated": batch["truncations"].bool(),
+                "next.success": success,
+            }
+        )
+        non_tensors = {f"obs.{k}": v for k, v in latest.non_tensor_batch.items()}
+        return VerlDataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+    def _observations(self, mode: str, stage: int, part: DataProto) -> Any:
+        """verl-vla's observation keys of one stage's rows."""
+        batch = part.batch
+        assert batch is not None
+        tensors = {"observation.images.image": batch["full_image"]}
+        if "wrist_image" in batch.keys():
+            tensors["observation.images.wrist_image"] = batch["wrist_image"]
+        tensors["observation.state"] = batch["state"].to(self.settings.state_dtype)
+        rows = self._rows[(mode, stage)]
+        plan = self._plans[(mode, stage)]
+        cases = plan.case_of(rows) if mode == "eval" else np.full(len(rows), -1, dtype=np.int64)
+        task = np.empty(len(rows), dtype=object)
+        task[:] = list(part.non_tensor_batch["task_descriptions"])
+        non_tensors = {"task": task, "task_id": plan.task_of(rows), "eval_episode_id": cases}
+        return VerlDataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+    # ------------------------------------------------------------------ one-to-all
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def get_eval_benchmark_size(self) -> int:
+        """The number of cases of the eval benchmark (the filtered pool)."""
+        mode = "eval" if "eval" in self.settings.modes else "train"
+        return int(self._plans[(mode, 0)].benchmark.size)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    async def finish_rollout(self) -> dict[str, Any]:
+        """Flush videos; returns envfleet's metrics of each started mode since the last call
+        (see :meth:`envfleet_ray.worker.EnvWorker.finish_rollout`)."""
+        modes = list(self.settings.modes)
+        return {mode: await asyncio.to_thread(self.worker.finish_rollout, _FLEET_MODE[mode]) for mode in modes}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def pop_lerobot_dataset(self) -> None:
+        """No LeRobot dataset: envfleet does not serve verl-vla's LeRobot recorder (the config refuses it)."""
+        return None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def record(self) -> None:
+        """Teleoperated recording is verl-vla's own; envfleet does not serve it."""
+        raise NotImplementedError("envfleet's env worker does not serve teleoperated recording; use verl-vla's own EnvWorker for it")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def replay_episode(self, episode: dict[str, Any]) -> None:
+        """Dataset replay is verl-vla's own; envfleet does not serve it."""
+        raise NotImplementedError("envfleet's env worker does not serve episode replay; use verl-vla's own EnvWorker for it")
+
+
+def use_envfleet() -> None:
+    """Make verl-vla's ``TrainCluster`` build envfleet's env worker: a Ray ``worker_process_setup_hook``.
+
+    Ray runs it in every worker process before any task, so the Ray task in which
+    verl-vla's workflows build their ``TrainCluster`` sees this class as
+    ``verl_vla.train_cluster.cluster.EnvWorker``; verl-vla itself is not edited::
+
+        vvla-eval ... +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=envfleet_ray.verl_vla.use_envfleet
+    """
+    import verl_vla.train_cluster.cluster as cluster
+
+    cluster.EnvWorker = EnvWorker  # type: ignore[misc]
+
+
+def _simulator_config_class() -> type:
+    """verl-vla's ``SimulatorConfig`` widened to every envfleet backend (see :data:`SimulatorConfig`)."""
+    from dataclasses import dataclass, field
+
+    from verl_vla.workers.env.config import SimulatorConfig as VerlVlaSimulatorConfig
+
+    @dataclass
+    class SimulatorConfig(VerlVlaSimulatorConfig):  # type: ignore[misc,valid-type]
+        """verl-vla's simulator section naming any envfleet backend.
+
+        ``simulator_type``: ``libero`` (read from the ``libero`` section, as verl-vla's own)
+        or any envfleet backend name; ``envfleet``: keys of envfleet's ``train`` section
+        (for example ``{toy: {num_tasks: 2}}``, ``settle_action: zeros``); ``seed``,
+        ``task_ids``, ``num_trials_per_task``, ``specific_reset_id``: the reset pool of a
+        backend other than LIBERO (LIBERO's come from its section).
+        """
+
+        envfleet: dict[str, Any] = field(default_factory=dict)
+        seed: int = 42
+        task_ids: list[int] | None = None
+        num_trials_per_task: int | None = None
+        specific_reset_id: int | None = None
+
+        def __post_init__(self) -> None:
+            # verl-vla's check admits its own three names only; the backend's name is checked
+            # against envfleet's registry when the worker reads the config.
+            name = self.simulator_type
+            object.__setattr__(self, "simulator_type", "libero")
+            super().__post_init__()
+            object.__setattr__(self, "simulator_type", name)
+
+    return SimulatorConfig
+
+
+def __getattr__(name: str) -> Any:
+    # Built on first use: verl-vla's typed config accepts only subclasses of its own
+    # SimulatorConfig, and verl-vla is needed for nothing else here.
+    if name == "SimulatorConfig":
+        cls = _simulator_config_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
