@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ACTION_DIM", "SETTLE_ACTION", "apply_action_transform"]
+__all__ = ["ACTION_DIM", "SETTLE_ACTION", "SETTLE_ACTIONS", "apply_action_transform"]
 
 ACTION_DIM = 7
 
 #: The no-op LIBERO evaluations step while objects settle after a reset: no motion, gripper open.
 SETTLE_ACTION = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0], dtype=np.float64)
+
+#: ``train.libero.settle_action``: LIBERO's own no-op, or verl-vla's (all zeros: gripper at 0, not open).
+SETTLE_ACTIONS = {"open": SETTLE_ACTION, "zeros": np.zeros(ACTION_DIM, dtype=np.float64)}
 
 
 def apply_action_transform(actions: np.ndarray, transform: str) -> np.ndarray:

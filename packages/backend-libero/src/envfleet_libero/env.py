@@ -49,7 +49,7 @@ from envfleet.batched_env import BatchedEnv
 from envfleet.env import ChunkStepResult, EnvContext, ObservationSpec, ResetResult
 from envfleet.validation import StateTable, as_env_ids, check_actions, check_reset_ids
 
-from .actions import ACTION_DIM, apply_action_transform
+from .actions import ACTION_DIM, SETTLE_ACTIONS, apply_action_transform
 from .gl import configure_gl
 from .plugin import DEFAULT_MAX_EPISODE_STEPS, camera_names, check_suite, observation_spec, physics_mode
 from .scenes import scene_cache
@@ -94,6 +94,7 @@ class LiberoEnv(BatchedEnv):
         self.render_all = cfg.render == "all"
         self.seed = int(cfg.seed)
         self.settle_steps = int(cfg.settle_steps)
+        self.settle_action = SETTLE_ACTIONS[str(lib.get("settle_action", "open"))]
         self.action_transform = str(cfg.action_transform)
         self.physics = physics_mode(cfg)
         self._spec = observation_spec(cfg, self.num_envs)
@@ -246,7 +247,9 @@ class LiberoEnv(BatchedEnv):
     def _reset_one(self, i: int, sid: int) -> None:
         task, trial = self.suite.locate(sid)
         sim = self._sim_for(i, task)
-        obs = sim.reset(self.suite.tasks[task].init_states[trial], self.seed, self.settle_steps, self.render_all)
+        obs = sim.reset(
+            self.suite.tasks[task].init_states[trial], self.seed, self.settle_steps, self.render_all, settle_action=self.settle_action
+        )
         self._write_obs(i, obs, images=True)
         # LIBERO's initial states should never already solve the task; report it if one does.
         self.tracker.begin(np.array([i]), np.array([sid]), np.array([task]), np.array([bool(sim.check_success())]))

@@ -15,6 +15,7 @@ from envfleet.env import ArraySpec, ObservationSpec
 from envfleet.errors import ConfigError
 from envfleet.plugins import BackendRegistry, BackendSpec, hookimpl
 
+from .actions import SETTLE_ACTIONS
 from .protocols import load_protocols
 from .suites import SUITE_HORIZONS, check_suite, instruction_source
 
@@ -54,6 +55,8 @@ class LiberoConfig:
     # the instruction the policy is shown: task_language (LIBERO's task.language, from the BDDL file name) or
     # bddl_language (the BDDL's (:language ...)); null: task_language for LIBERO's suites, bddl_language for LIBERO-PRO's
     instruction_source: str | None = None
+    # the no-op of the settle steps: open (LIBERO's evaluations: gripper -1) or zeros (verl-vla's LIBERO env: gripper 0)
+    settle_action: str = "open"
     physics: str = "fast"  # fast: one MuJoCo forward pass per sub-step (bit-identical to LIBERO's); libero: LIBERO's own env.step
 
 
@@ -72,6 +75,9 @@ def _check_libero_section(cfg: Any) -> None:
     gl = None if section is None else section.get("mujoco_gl")
     if gl is not None and gl not in ("egl", "osmesa"):
         raise ConfigError(f"config key 'train.libero.mujoco_gl' must be 'egl' or 'osmesa', got {gl!r}")
+    settle = None if section is None else section.get("settle_action")
+    if settle is not None and settle not in SETTLE_ACTIONS:
+        raise ConfigError(f"config key 'train.libero.settle_action' must be one of {sorted(SETTLE_ACTIONS)}, got {settle!r}")
     envs_per_process(cfg)
     instruction_source(cfg)
     physics_mode(cfg)

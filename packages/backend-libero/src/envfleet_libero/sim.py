@@ -121,7 +121,15 @@ class LiberoSim:
             ob._sensor = wrapped
 
     # ------------------------------------------------------------------ protocol
-    def reset(self, init_state: np.ndarray, seed: int, settle_steps: int, render_all: bool, render_final: bool = True) -> dict[str, Any]:
+    def reset(
+        self,
+        init_state: np.ndarray,
+        seed: int,
+        settle_steps: int,
+        render_all: bool,
+        render_final: bool = True,
+        settle_action: np.ndarray = SETTLE_ACTION,
+    ) -> dict[str, Any]:
         """Seed, reset, load ``init_state``, settle; return the observation dict after settling.
 
         ``render_all``: render at every step, as plain LIBERO does; otherwise only the
@@ -143,7 +151,7 @@ class LiberoSim:
         finally:
             self.skip_render = False
         for k in range(settle_steps):
-            obs = self.step(SETTLE_ACTION, render=render_all or (render_final and k == settle_steps - 1))
+            obs = self.step(settle_action, render=render_all or (render_final and k == settle_steps - 1))
         return obs
 
     def _hard_reset(self) -> None:
