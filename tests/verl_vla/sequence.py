@@ -48,6 +48,7 @@ class ScriptedRolloutWorker(Worker):
         super().__init__()
         self.chunk = int(config["chunk"])
         self.solve = set(config["solve"])
+        self.push = float(config.get("push", 0.0))  # x action of every row: +push for even eval cases, -push for odd
         self._register_dispatch_collect_info("rollout", dp_rank=self.rank, is_collect=True)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -63,6 +64,9 @@ class ScriptedRolloutWorker(Worker):
         steer = torch.tensor([int(t) in self.solve for t in task_id], dtype=torch.bool)
         action = torch.zeros(n, self.chunk, 7)
         action[:, :, :2] = torch.where(steer[:, None], to_goal.clamp(-1, 1), torch.zeros_like(to_goal)).float()[:, None, :]
+        if self.push:
+            case = torch.as_tensor(np.asarray(prompts.non_tensor_batch["eval_episode_id"], dtype=np.int64))
+            action[:, :, 0] = torch.where(case % 2 == 0, self.push, -self.push)[:, None]
         return DataProto.from_dict(
             tensors={"action": action, "critic_value": torch.zeros(n), "seen_state": prompts.batch["observation.state"].clone()},
             non_tensors={"seen_task": np.asarray(prompts.non_tensor_batch["task"], dtype=object)},
@@ -107,18 +111,21 @@ def unprefix(data: DataProto, prefix: str) -> DataProto:
 class VerlVlaSequence:
     """verl-vla's TrainCluster around envfleet's adapter: ``start()``, ``rollout()``, ``eval()``, ``shutdown()``."""
 
-    def __init__(self, env_config: dict[str, Any], workers: int, chunk: int, solve: tuple[int, ...]) -> None:
+    def __init__(self, env_config: dict[str, Any], workers: int, chunk: int, solve: tuple[int, ...], push: float = 0.0) -> None:
         self.env_config = env_config
         self.workers = workers
         self.stages = int(env_config["env_loop"]["pipeline_stage_num"])
         self.max_interactions = int(env_config["env_loop"]["max_interactions"])
         self.auto_reset = bool(env_config["env_worker"].get("auto_reset", False))
-        self.policy = {"chunk": chunk, "solve": solve}
+        self.policy = {"chunk": chunk, "solve": solve, "push": push}
         self.reset_future: Any = None
         self.carry: dict[str, np.ndarray | None] = {"length": None, "reward": None}
 
     def start(self) -> None:
-        self.pools = [RayResourcePool(process_on_nodes=[self.workers], use_gpu=False, max_colocate_count=1), RayResourcePool([1], use_gpu=False, max_colocate_count=1)]
+        self.pools = [
+            RayResourcePool(process_on_nodes=[self.workers], use_gpu=False, max_colocate_count=1),
+            RayResourcePool([1], use_gpu=False, max_colocate_count=1),
+        ]
         env = RayClassWithInitArgs(cls=ray.remote(EnvWorker), config=self.env_config, role="env")
         rollout = RayClassWithInitArgs(cls=ray.remote(ScriptedRolloutWorker), config=self.policy, role="rollout")
         self.env_wg = RayWorkerGroup(resource_pool=self.pools[0], ray_cls_with_init=env, device_name="cpu")

@@ -6,6 +6,7 @@ RayWorkerGroup, in TrainCluster's and EnvLoop's order of calls and with their ke
 
 from __future__ import annotations
 
+import tempfile
 import time
 from typing import Any
 
@@ -56,9 +57,12 @@ def env_config(auto_reset: bool, chunk: int, interactions: int, horizon: int, **
 
 @pytest.fixture(scope="module")
 def local_ray():
-    init_ray(num_cpus=8)
-    yield
-    ray.shutdown()
+    # A Ray of its own even when another is up on this machine (a `ray start` cluster is joined
+    # by a plain local start; its bootstrap file lives in Ray's temp dir).
+    with tempfile.TemporaryDirectory(prefix="ray", dir="/tmp") as tmp:
+        init_ray(num_cpus=8, _temp_dir=tmp)
+        yield
+        ray.shutdown()
 
 
 def check_step_keys(out: Rollout, chunk: int) -> None:
@@ -80,7 +84,12 @@ def check_step_keys(out: Rollout, chunk: int) -> None:
             assert n == W * N
             for key in ("obs.observation.images.image", "obs.observation.images.wrist_image", "obs.observation.state"):
                 assert r.batch[key].shape[0] == n and r.batch[key].dtype == reset.batch[key[4:]].dtype, key
-            for key, dtype in [("next.reward", torch.float32), ("next.terminated", torch.bool), ("next.truncated", torch.bool), ("next.success", torch.bool)]:
+            for key, dtype in [
+                ("next.reward", torch.float32),
+                ("next.terminated", torch.bool),
+                ("next.truncated", torch.bool),
+                ("next.success", torch.bool),
+            ]:
                 assert tuple(r.batch[key].shape) == (n, chunk) and r.batch[key].dtype == dtype, key
             assert set(r.non_tensor_batch) == {"obs.task", "obs.task_id", "obs.eval_episode_id"}
 
@@ -200,7 +209,7 @@ def test_train_cluster_sequence_with_auto_reset_scripted_policy_for_the_gpu_mode
     lengths = [r["length"] for r in records(second, True, carry) if r["task_id"] != 0]
     assert lengths and set(lengths) == {horizon}
 
-    passes, val, accepted = seq.eval()
+    _passes, val, accepted = seq.eval()
     assert accepted.tolist() == [1] * (TASKS * TRIALS)
     assert val["val/benchmark_size"] == 12.0 and val["val/trajectory_count"] == 12.0
     assert val["val/per_task_success_rate/task_0"] == 1.0
@@ -282,8 +291,66 @@ def test_config_mapping_of_verl_vla_libero_section() -> None:
     settings = read_config(cfg)
     train = settings.fleet_config["train"]
     assert train["task_suite_name"] == "libero_goal" and train["max_episode_steps"] == 300 and train["seed"] == 3
-    assert train["settle_steps"] == 5
+    assert train["settle_steps"] == 5 and train["libero"] == {"settle_action": "zeros"}
     assert train["init_params"] == {"camera_heights": 128, "camera_widths": 128, "camera_names": ["agentview", "robot0_eye_in_hand"]}
     assert train["video_cfg"] == {"save_video": True, "video_base_dir": "/tmp/v", "fps": 30}
     assert settings.filters == {"task_ids": [1, 3], "num_trials_per_task": 2, "specific_reset_id": None}
     assert settings.state_dtype == torch.float64 and settings.fleet_config["actor"]["model"]["num_action_chunks"] is None
+
+
+def test_train_cluster_eval_on_real_libero_scripted_policy_for_the_gpu_model(local_ray) -> None:
+    """Real LIBERO through verl-vla's LIBERO section: libero_spatial task 0, two cases, one
+    worker x 2 stages x 1 env, eval only. Case 0 pushes the arm to +x, case 1 to -x."""
+    chunk = 4
+    cfg = env_config(False, chunk, 2, horizon=8)
+    cfg["env_worker"]["modes"] = ["eval"]
+    cfg["env_worker"]["num_envs"] = 1
+    libero = {
+        "task_suite_name": "libero_spatial",
+        "max_episode_steps": 8,
+        "task_ids": [0],
+        "num_trials_per_task": 2,
+        "reset_warmup_steps": 2,
+    }
+    cfg["env_worker"]["simulator"] = {
+        "simulator_type": "libero",
+        "libero": {**libero, "camera_heights": 64, "camera_widths": 64, "camera_names": ["agentview", "robot0_eye_in_hand"]},
+        "envfleet": {"libero": {"envs_per_process": 1}},
+    }
+    seq = VerlVlaSequence(cfg, workers=1, chunk=chunk, solve=(), push=0.8)
+    seq.start()
+    try:
+        with pytest.raises(Exception, match="mode 'train' is not started"):
+            seq.env_wg.reset_env().get()
+        passes, val, accepted = seq.eval()
+    finally:
+        pids = shard_pids(seq)
+        seq.shutdown()
+    assert len(passes) == 1 and accepted.tolist() == [1, 1]
+    reset = passes[0].reset
+    assert reset.batch["observation.state"].dtype == torch.float64 and tuple(reset.batch["observation.state"].shape) == (2, 8)
+    assert reset.batch["observation.images.image"].dtype == torch.uint8 and tuple(reset.batch["observation.images.image"].shape) == (
+        2,
+        64,
+        64,
+        3,
+    )
+    assert tuple(reset.batch["observation.images.wrist_image"].shape) == (2, 64, 64, 3)
+    assert reset.non_tensor_batch["task_id"].tolist() == [0, 0] and reset.non_tensor_batch["eval_episode_id"].tolist() == [0, 1]
+    assert all(isinstance(t, str) and t for t in reset.non_tensor_batch["task"].tolist())
+    for stage_steps in passes[0].steps:
+        first = stage_steps[0]
+        dx = first.result.batch["obs.observation.state"][:, 0] - first.obs.batch["observation.state"][:, 0]
+        push = first.action.batch["action"][:, 0, 0].double()
+        assert (torch.sign(dx) == torch.sign(push)).all() and (dx.abs() > 1e-3).all(), (dx, push)
+        assert tuple(first.result.batch["next.success"].shape) == (1, chunk)
+    assert val["val/benchmark_size"] == 2.0 and val["val/trajectory_count"] == 2.0 and val["val/per_task_success_rate/task_0"] == 0.0
+    assert not [p for p in pids if _wait_gone(p)], "processes left after TrainCluster.shutdown()"
+
+
+def _wait_gone(pid: int, timeout: float = 60.0) -> bool:
+    """True if ``pid`` is still alive after ``timeout``."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and pid_alive(pid):
+        time.sleep(0.2)
+    return pid_alive(pid)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -53,9 +54,10 @@ def hooked_ray():
         pytest.fail(f"ENVFLEET_VERL_VLA={CHECKOUT!r} has no src/verl_vla")
     sys.path.insert(0, src)
     os.environ["PYTHONPATH"] = os.pathsep.join([src, os.getcwd(), os.environ.get("PYTHONPATH", "")])
-    init_ray(num_cpus=12, runtime_env={"worker_process_setup_hook": "envfleet_ray.verl_vla.use_envfleet"})
-    yield
-    ray.shutdown()
+    with tempfile.TemporaryDirectory(prefix="ray", dir="/tmp") as tmp:  # a Ray of its own (see test_train_cluster_order)
+        init_ray(num_cpus=12, _temp_dir=tmp, runtime_env={"worker_process_setup_hook": "envfleet_ray.verl_vla.use_envfleet"})
+        yield
+        ray.shutdown()
 
 
 def cluster_config(simulator: Any, auto_reset: bool, modes: list[str], workers: int, interactions: int) -> Any:
@@ -72,10 +74,16 @@ def cluster_config(simulator: Any, auto_reset: bool, modes: list[str], workers: 
     from verl_vla.workers.env.config import EnvWorkerConfig
 
     env_worker = EnvWorkerConfig(
-        auto_reset=auto_reset, num_envs=2 if simulator.simulator_type == "toy" else 1, modes=modes, simulator=simulator, recorder=RecorderConfig(enable=False)
+        auto_reset=auto_reset,
+        num_envs=2 if simulator.simulator_type == "toy" else 1,
+        modes=modes,
+        simulator=simulator,
+        recorder=RecorderConfig(enable=False),
     )
     return EnvLoopTrainClusterConfig(
-        resource=EnvLoopTrainResourceConfig(env=ResourceConfig(device="cpu", workers_per_node=workers), model=ResourceConfig(device="cpu", workers_per_node=1)),
+        resource=EnvLoopTrainResourceConfig(
+            env=ResourceConfig(device="cpu", workers_per_node=workers), model=ResourceConfig(device="cpu", workers_per_node=1)
+        ),
         env=EnvTrainConfig(env_loop=EnvLoopConfig(pipeline_stage_num=2, max_interactions=interactions), env_worker=env_worker),
         actor_rollout_ref=ActorRolloutRefConfig(model=None),  # the scripted policy reads no model
     )
@@ -120,7 +128,11 @@ def test_verl_vla_train_cluster_drives_envfleet_toy_scripted_policy_for_the_gpu_
     sim = SimulatorConfig(
         simulator_type="toy",
         seed=7,
-        envfleet={"max_episode_steps": 40, "init_params": {"camera_heights": 32, "camera_widths": 32}, "toy": {"num_tasks": 3, "states_per_task": 4, "envs_per_process": 2}},
+        envfleet={
+            "max_episode_steps": 40,
+            "init_params": {"camera_heights": 32, "camera_widths": 32},
+            "toy": {"num_tasks": 3, "states_per_task": 4, "envs_per_process": 2},
+        },
     )
     config = cluster_config(sim, auto_reset=True, modes=["train", "eval"], workers=2, interactions=3)
     out = ray.get(run_train_cluster.remote(config, ScriptedPolicy, 2))

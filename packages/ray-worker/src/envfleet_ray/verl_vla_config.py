@@ -9,7 +9,8 @@ verl-vla's layout (``EnvTrainConfig``, or a mapping of the same shape)::
 
 ``simulator_type: libero`` reads verl-vla's ``libero`` section: ``task_suite_name``,
 ``max_episode_steps``, ``seed``, the cameras (``camera_heights``, ``camera_widths``,
-``camera_names``), ``reset_warmup_steps`` (envfleet's ``settle_steps``) and the reset
+``camera_names``), ``reset_warmup_steps`` (envfleet's ``settle_steps``, with verl-vla's
+all-zero action: ``train.libero.settle_action: zeros``) and the reset
 filters (``task_ids``, ``num_trials_per_task``, ``specific_reset_id``). Any other name
 is an envfleet backend, configured by the section's ``envfleet`` keys (envfleet's
 ``train`` layout) and the filters beside it. ``envfleet`` keys win over mapped ones.
@@ -86,11 +87,19 @@ def _refuse(worker: dict[str, Any]) -> None:
     refused = [
         (execution.get("mode", "serial") != "serial", "action_execution.mode", "asynchronous action execution"),
         (bool(_section(execution, "interpolation", where).get("enable")), "action_execution.interpolation.enable", "action interpolation"),
-        (bool(_section(execution, "serial_smoothing", where).get("enable")), "action_execution.serial_smoothing.enable", "action smoothing"),
+        (
+            bool(_section(execution, "serial_smoothing", where).get("enable")),
+            "action_execution.serial_smoothing.enable",
+            "action smoothing",
+        ),
         (bool(_section(worker, "teleop", where).get("enable")), "teleop.enable", "teleoperation"),
         (worker.get("target_step_hz") is not None, "target_step_hz", "step pacing"),
         (bool(worker.get("confirm_before_record")), "confirm_before_record", "teleoperated recording"),
-        (bool(worker.get("log_step_latency")), "log_step_latency", "verl-vla's step-latency log (envfleet_ray's finish_rollout reports times)"),
+        (
+            bool(worker.get("log_step_latency")),
+            "log_step_latency",
+            "verl-vla's step-latency log (envfleet_ray's finish_rollout reports times)",
+        ),
     ]
     recorder = _section(worker, "recorder", where)
     if recorder.get("enable"):
@@ -117,6 +126,7 @@ def _simulator(sim: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], int
                 train[dst] = lib[src]
         if lib.get("reset_warmup_steps") is not None:
             train["settle_steps"] = int(lib["reset_warmup_steps"])
+        train["libero"] = {"settle_action": "zeros"}  # verl-vla's warm-up steps are all zeros (gripper 0)
         cams = {k: lib[k] for k in ("camera_heights", "camera_widths", "camera_names", "camera_depths") if lib.get(k) is not None}
         if cams:
             train["init_params"] = cams
