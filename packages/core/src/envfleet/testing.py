@@ -104,7 +104,7 @@ class EnvConformance:
 
     def _actions(self, mgr: ProcessEnvManager, seed: int) -> np.ndarray:
         rng = np.random.default_rng(seed)
-        shape = (mgr.num_envs, mgr.num_action_chunks, mgr.action_dim)
+        shape = (mgr.num_envs, mgr.chunk, mgr.action_dim)
         return (rng.uniform(-1, 1, size=shape) * self.action_scale).astype(np.float32)
 
     def _check_obs(self, mgr: ProcessEnvManager, obs: dict[str, np.ndarray]) -> None:
@@ -182,7 +182,7 @@ class EnvConformance:
     def test_truncation_at_max_episode_steps(self, manager: ProcessEnvManager, conformance_cfg: Any) -> None:
         """Episodes end by ``max_episode_steps`` and a finished env's flag stays True."""
         horizon = int(conformance_cfg.train.max_episode_steps)
-        chunk = manager.num_action_chunks
+        chunk = manager.chunk
         state_ids, task_ids = self._ids(manager, offset=3)
         manager.reset_envs_to_state_ids(state_ids, task_ids)
         zero = np.zeros((manager.num_envs, chunk, manager.action_dim), dtype=np.float32)
@@ -219,7 +219,7 @@ class EnvConformance:
     )
     def test_bad_input_rejected_then_usable(self, manager: ProcessEnvManager, bad: str) -> None:
         """Bad actions and ids raise InvalidInputError and the env still steps."""
-        n, c, d = manager.num_envs, manager.num_action_chunks, manager.action_dim
+        n, c, d = manager.num_envs, manager.chunk, manager.action_dim
         state_ids, task_ids = self._ids(manager)
         manager.reset_envs_to_state_ids(state_ids, task_ids)
         good = np.zeros((n, c, d), dtype=np.float32)
@@ -299,7 +299,7 @@ class EnvConformance:
         horizon = int(conformance_cfg.train.max_episode_steps)
         with self._variant("train.ignore_terminations=true") as variant:
             variant.reset_envs_to_state_ids(*self._ids(variant, offset=7))
-            for seed in range(horizon // variant.num_action_chunks):
+            for seed in range(horizon // variant.chunk):
                 out = variant.chunk_step(self._actions(variant, 20 + seed))
                 done = np.asarray(out.infos["episode_done"], dtype=bool)
                 assert (out.truncations[:, -1] | ~done).all(), "an env finished without truncation under ignore_terminations"

@@ -165,7 +165,7 @@ def _one_run(cfg: Any, result: Measurement, mode: str, first: bool) -> None:
         t0 = time.perf_counter()
         mgr.reset_envs_to_state_ids(mgr.get_all_state_ids()[: mgr.num_envs])
         reset = time.perf_counter() - t0
-        actions = np.zeros((mgr.num_envs, mgr.num_action_chunks, mgr.action_dim), np.float32)
+        actions = np.zeros((mgr.num_envs, mgr.chunk, mgr.action_dim), np.float32)
         mgr.chunk_step(actions)  # warm-up: first-use costs (shader compiles, caches) are not a step's
         times = []
         for _ in range(_TIMED_STEPS):
@@ -183,7 +183,7 @@ def _one_run(cfg: Any, result: Measurement, mode: str, first: bool) -> None:
         result.memory_kind = kind if first else result.memory_kind
         if first:
             result.build_s, result.reset_s = build, reset
-            result.chunk, result.envs_measured = mgr.num_action_chunks, mgr.num_envs
+            result.chunk, result.envs_measured = mgr.chunk, mgr.num_envs
 
 
 def measure_backend(name: str, overrides: Sequence[str] = ()) -> Measurement:

@@ -117,7 +117,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         self.ignore_terminations = bool(env_cfg.ignore_terminations)
         self.manager = ProcessEnvManager(cfg, stage_id=stage_id, mode=mode, backend=backend)
         self.num_envs = self.manager.num_envs
-        self.chunk = self.manager.num_action_chunks
+        self.chunk = self.manager.chunk
         self.action_dim = self.manager.action_dim
         self.single_observation_space = observation_space(self.manager.obs_spec)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)

@@ -33,7 +33,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from ..env import ChunkStepResult, EnvContext, ResetResult
-from ..errors import ClosedEnvironmentError, SimulatorStoppedError
+from ..errors import ClosedEnvironmentError, ConfigError, SimulatorStoppedError
 from ..options import Mode
 from ..plugins import BackendSpec, get_backend
 from ..validation import StateTable, as_env_ids, check_actions, check_reset_ids
@@ -116,6 +116,16 @@ class ProcessEnvManager:
     def num_shards(self) -> int:
         """How many processes this stage runs."""
         return len(self._shard_set.shards)
+
+    @property
+    def chunk(self) -> int:
+        """The configured chunk length, for callers that need one fixed.
+
+        :raises ConfigError: ``actor.model.num_action_chunks`` is null (any length per call).
+        """
+        if self.num_action_chunks is None:
+            raise ConfigError("this needs a fixed chunk length: set actor.model.num_action_chunks (it is null, any length per call)")
+        return self.num_action_chunks
 
     def shard_pids(self) -> list[int | None]:
         """The pid of each shard process (None when stopped)."""
