@@ -67,7 +67,7 @@ def check_backend(name: str, overrides: Sequence[str] = ()) -> CheckResult:
             mgr.reset_envs_to_state_ids(mgr.get_all_state_ids()[:1])
             seconds["reset"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            mgr.chunk_step(np.zeros((1, mgr.num_action_chunks, mgr.action_dim), np.float32))
+            mgr.chunk_step(np.zeros((1, mgr.chunk, mgr.action_dim), np.float32))
             seconds["step"] = time.perf_counter() - t0
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

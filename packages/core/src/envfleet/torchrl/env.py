@@ -63,7 +63,7 @@ class EnvfleetEnv(EnvBase):  # type: ignore[misc]
             else:
                 observation[key] = Unbounded(shape=(n, *spec.shape), dtype=dtype)
         self.observation_spec = Composite(observation, shape=(n,))
-        shape = (n, manager.num_action_chunks, manager.action_dim) if step == "chunk" else (n, manager.action_dim)
+        shape = (n, manager.chunk, manager.action_dim) if step == "chunk" else (n, manager.action_dim)
         self.action_spec = Bounded(-1.0, 1.0, shape=shape, dtype=torch.float32)
         self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32)
         flag = Categorical(2, shape=(n, 1), dtype=torch.bool)
