@@ -67,7 +67,14 @@ def _install_project(session: nox.Session, extra: list[str] | None = None, lock:
 def tests(session: nox.Session) -> None:
     """Everything that runs on Python 3.11 (core, toy, ray-worker, LIBERO, reliability)."""
     _install_project(session)
-    args = session.posargs or ["tests", "--ignore=tests/isaac", "--ignore=tests/verl", "--ignore=tests/verl_vla", "--ignore=tests/maniskill", "--ignore=tests/torchrl"]
+    args = session.posargs or [
+        "tests",
+        "--ignore=tests/isaac",
+        "--ignore=tests/verl",
+        "--ignore=tests/verl_vla",
+        "--ignore=tests/maniskill",
+        "--ignore=tests/torchrl",
+    ]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
 
 
