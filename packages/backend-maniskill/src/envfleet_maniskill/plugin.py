@@ -189,6 +189,7 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             envs_per_process=envs_per_process,
             action_dim=None,  # depends on control_mode and robot; the shard checks actor.model.action_dim against the env's
             implements={"auto_reset", "ignore_terminations", "render"},
+            api_version="2.0",  # the envfleet plugin API it is written for
             check_config={"train": {"task_name": "PushCube-v1"}},
             result_packages=("mani-skill", "sapien"),
             renderer="vulkan",

@@ -132,6 +132,7 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             envs_per_process=1,
             action_dim=ACTION_DIM,
             implements={"auto_reset", "ignore_terminations", "render", "flip_images", "settle_steps"},
+            api_version="2.0",  # the envfleet plugin API it is written for
             check_config={"train": {"task_suite_name": "reach-v3", "init_params": {"camera_heights": 64, "camera_widths": 64}}},
             result_packages=("metaworld", "mujoco"),
             renderer="mujoco",

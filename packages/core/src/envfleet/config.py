@@ -29,6 +29,7 @@ from .errors import ConfigError
 from .named_protocols import protocol_layers
 from .options import OPTIONAL_KEYS, ActionTransform, RenderMode
 from .plugins import BackendSpec, get_backend, list_backends
+from .plugins.api import check_optional_keys
 
 __all__ = [
     "InitParamsConfig",
@@ -248,19 +249,6 @@ def _check_values(section: DictConfig, prefix: str) -> None:
         )
 
 
-def _check_implemented(section: DictConfig, prefix: str, spec: BackendSpec) -> None:
-    implemented = spec.implements
-    for key, neutral in OPTIONAL_KEYS.items():
-        if key not in implemented and section[key] != neutral:
-            offers = ", ".join(sorted(implemented)) or "none of them"
-            value = section[key].value if isinstance(section[key], Enum) else section[key]
-            neutral = neutral.value if isinstance(neutral, Enum) else neutral
-            raise ConfigError(
-                f"config key '{prefix}{key}' is {value!r}, but backend {spec.name!r} does not implement it "
-                f"(of the optional keys {', '.join(OPTIONAL_KEYS)} it implements {offers}); remove it or set it to {neutral!r}"
-            )
-
-
 def _load_section(name: str, user: Any, lookup: Callable[[str], BackendSpec], known_backends: Sequence[str]) -> dict[str, Any]:
     prefix = f"{name}."
     if not isinstance(user, (Mapping, DictConfig)):
@@ -289,7 +277,7 @@ def _load_section(name: str, user: Any, lookup: Callable[[str], BackendSpec], kn
     core = _merge(EnvConfig, prefix, defaults, named, user)
     _check_missing(core, prefix)
     _check_values(core, prefix)
-    _check_implemented(core, prefix, spec)
+    check_optional_keys(core, prefix, spec)  # an error, or for a plugin of API 1 a warning
     out = OmegaConf.to_container(core, resolve=False)
     assert isinstance(out, dict)
     schema = spec.config_schema

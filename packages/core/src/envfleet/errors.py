@@ -1,10 +1,12 @@
-"""The exceptions envfleet raises, every one an :class:`EnvFleetError`, all in this module.
+"""The exceptions envfleet raises, every one an :class:`EnvFleetError`, all in this module (and its one warning).
 
 Each one subclasses the builtin a caller would naturally catch (``KeyError`` for
 an unknown name, ``ValueError`` for a bad input, ``RuntimeError`` for a simulator
 that failed or a call out of order), so existing ``except`` clauses keep working.
 The ``envfleet`` command prints an ``EnvFleetError`` as a message, anything else as
-a crash.
+a crash. An error says who can fix it: a :class:`ConfigError` names the key and what the
+config's user can set, a :class:`PluginContractError` the backend, its package and what the
+plugin's author must declare, and one that either could fix says both.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ __all__ = [
     "DataProtoError",
     "DataProtoKeyError",
     "UnknownBackendError",
+    "PluginContractError",
+    "PluginDeprecationWarning",
     "InvalidInputError",
     "EnvFleetSimulatorError",
     "RestartLimitError",
@@ -65,6 +69,23 @@ class UnknownBackendError(EnvFleetError, KeyError):
 
     def __str__(self) -> str:  # KeyError would wrap the message in quotes
         return str(self.args[0]) if self.args else ""
+
+
+class PluginContractError(EnvFleetError, ValueError):
+    """A backend does not keep the plugin contract: something only its author can fix.
+
+    The message names the backend, its package (distribution) and what the author must
+    declare. A ``ValueError``, as a bad ``BackendSpec`` field always was.
+    """
+
+
+class PluginDeprecationWarning(DeprecationWarning):
+    """A backend relies on an older plugin API, which core still runs the old way.
+
+    The message names the backend, its package, what changed and the one-line fix. The
+    ``envfleet`` command shows it (Python hides a ``DeprecationWarning`` raised in a library);
+    pytest shows it in its warnings summary.
+    """
 
 
 class InvalidInputError(EnvFleetError, ValueError):

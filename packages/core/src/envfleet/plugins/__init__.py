@@ -6,16 +6,19 @@ What a plugin author needs is here, in one import::
 
     @hookimpl
     def envfleet_register_backends(registry):
-        registry.register(BackendSpec(name="toy", env_factory="envfleet_toy.env:ToyEnv", ...))
+        registry.register(BackendSpec(name="toy", env_factory="envfleet_toy.env:ToyEnv", api_version="2.0", ...))
 
-Three modules, one job each: :mod:`~envfleet.plugins.hookspecs` (the hook and its markers),
-:mod:`~envfleet.plugins.spec` (what a backend declares) and :mod:`~envfleet.plugins.registry`
-(the backends registered, and loading the entry points that register them).
+Four modules, one job each: :mod:`~envfleet.plugins.hookspecs` (the hook and its markers),
+:mod:`~envfleet.plugins.spec` (what a backend declares), :mod:`~envfleet.plugins.api` (the
+plugin API's version, and what core does for plugins one version back) and
+:mod:`~envfleet.plugins.registry` (the backends registered, and loading the entry points that
+register them).
 """
 
 from __future__ import annotations
 
 from ..env import ArraySpec, EnvContext
+from .api import PLUGIN_API_VERSION, ApiVersion, Deprecation, deprecations
 from .hookspecs import NAME, hookimpl, hookspec
 from .registry import (
     DISABLE_AUTOLOAD_ENV,
@@ -35,8 +38,12 @@ __all__ = [  # what a plugin author imports first, then the registry's calls, al
     "BackendSpec",
     "hookimpl",
     "NAME",
+    "PLUGIN_API_VERSION",
     "ArraySpec",
     "EnvContext",
+    "ApiVersion",
+    "Deprecation",
+    "deprecations",
     "hookspec",
     "BackendRegistry",
     "DISABLE_AUTOLOAD_ENV",

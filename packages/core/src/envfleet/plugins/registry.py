@@ -26,12 +26,13 @@ Set ``ENVFLEET_DISABLE_PLUGIN_AUTOLOAD=1`` to skip entry points; tests then call
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.metadata
 import os
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,16 +85,23 @@ class PluginFailure:
 class BackendRegistry:
     """The backends registered by plugins, by name."""
 
-    def __init__(self, failures: Sequence[PluginFailure] = ()) -> None:
+    def __init__(self, failures: Sequence[PluginFailure] = (), packages: Mapping[str, str] | None = None) -> None:
         self.failures = failures  # the plugins that failed to load: an unknown name may be one of them
+        self.packages = dict(packages or {})  # plugin name -> the distribution its entry point comes from
         self._specs: dict[str, BackendSpec] = {}
         self._owner: dict[str, str] = {}
         self._current_plugin = "<direct>"
 
     def register(self, spec: BackendSpec) -> None:
-        """Add a backend. Registering the same name from two plugins is an error."""
+        """Add a backend. Registering the same name from two plugins is an error.
+
+        A spec that leaves ``package`` unset gets the distribution of the entry point that
+        registered it, so that every message about the backend can name the package to fix.
+        """
         if not isinstance(spec, BackendSpec):
             raise TypeError(f"registry.register() takes a BackendSpec, got {type(spec).__name__}")
+        if not spec.package and self.packages.get(self._current_plugin):
+            spec = dataclasses.replace(spec, package=self.packages[self._current_plugin])
         if spec.name in self._specs:
             raise ValueError(
                 f"backend {spec.name!r} is registered twice: by plugin {self._owner[spec.name]!r} and by {self._current_plugin!r}"
@@ -155,6 +163,7 @@ class _State:
         self.pm: pluggy.PluginManager | None = None
         self.registry: BackendRegistry | None = None
         self.failures: list[PluginFailure] = []
+        self.packages: dict[str, str] = {}  # entry-point plugin name -> its distribution
 
 
 _state = _State()
@@ -167,6 +176,7 @@ def get_plugin_manager() -> pluggy.PluginManager:
             pm = pluggy.PluginManager(NAME)
             pm.add_hookspecs(hookspecs)
             _state.failures = []
+            _state.packages = {}
             if os.environ.get(DISABLE_AUTOLOAD_ENV, "").strip() not in ("1", "true", "yes"):
                 _load_entry_points(pm)
             pm.check_pending()
@@ -180,6 +190,9 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
     for ep in sorted(eps, key=lambda e: e.name):
         if pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
             continue
+        dist = getattr(ep, "dist", None)
+        if dist is not None and getattr(dist, "name", None):
+            _state.packages[ep.name] = str(dist.name)
         try:
             plugin = ep.load()
         except KeyboardInterrupt:
@@ -216,7 +229,7 @@ def _registry() -> BackendRegistry:
         pm = get_plugin_manager()
         if _state.registry is None:
             _state.failures = [f for f in _state.failures if f.stage != "register"]
-            registry = BackendRegistry(_state.failures)
+            registry = BackendRegistry(_state.failures, _state.packages)
             for impl in pm.hook.envfleet_register_backends.get_hookimpls():
                 try:
                     registered = registry.register_from(impl.plugin_name, impl.function)

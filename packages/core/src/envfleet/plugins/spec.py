@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..env import ArraySpec, ObservationSpec
+from ..errors import PluginContractError
 from ..options import OPTIONAL_KEYS
+from .api import check_api_version
 
 __all__ = ["BackendSpec", "split_factory", "import_factory"]
 
@@ -77,6 +79,9 @@ class BackendSpec:
         :data:`envfleet.options.OPTIONAL_KEYS` (``auto_reset``, ``ignore_terminations``,
         ``render``, ``flip_images``, ``settle_steps``, ``action_transform``). A config that sets
         any other of them to a value that asks something of the backend is rejected at load.
+    :param api_version: the envfleet plugin API the backend is written for, ``"MAJOR.MINOR"``
+        (this envfleet's is :data:`envfleet.plugins.PLUGIN_API_VERSION`). ``None``: written before
+        the field existed, run as ``1.0`` with a deprecation warning (docs: Plugin API versions).
     :param check_config: config sections (``{"train": {...}, "actor": {...}}``) that make the
         smallest config this backend runs with, for ``envfleet backends --check`` (e.g. a suite
         name the backend requires).
@@ -101,6 +106,7 @@ class BackendSpec:
     protocols: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
     action_dim: int | None = None
     implements: AbstractSet[str] = frozenset()
+    api_version: str | None = None
     check_config: dict[str, Any] = field(default_factory=dict)
     result_packages: tuple[str, ...] = ()
     renderer: str | None = None
@@ -114,7 +120,11 @@ class BackendSpec:
         object.__setattr__(self, "implements", frozenset(self.implements))
         unknown = sorted(self.implements - set(OPTIONAL_KEYS))
         if unknown:
-            raise ValueError(f"backend {self.name!r}: implements {unknown}, which are not optional keys; choose from {list(OPTIONAL_KEYS)}")
+            raise PluginContractError(
+                f"backend {self.name!r} (package {self.package or 'unknown'}): BackendSpec.implements {unknown}, which are not "
+                f"optional keys; its author declares only keys from {list(OPTIONAL_KEYS)}"
+            )
+        check_api_version(self)
 
     def shard_size(self, cfg: Any, num_envs: int) -> int:
         """How many of ``num_envs`` envs share one process."""

@@ -59,6 +59,7 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             envs_per_process=lambda cfg: int(cfg.toy.envs_per_process),
             action_dim=7,
             implements={"auto_reset", "ignore_terminations", "render"},
+            api_version="2.0",  # the envfleet plugin API it is written for
             package="envfleet-toy",
             description="2-D point mass reaching a coloured goal; pure numpy, deterministic",
         )
