@@ -8,6 +8,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_backends(check: bool = False, names: Sequence[str] = ()) -> int:
     """Print the installed backends and the plugins that failed to load; with ``check``, build and
     step each backend once. Returns 1 if a plugin failed to load or a check failed, else 0."""
-    from envfleet.plugins import list_backends, plugin_failures
+    from envfleet.plugins import PLUGIN_API_VERSION, deprecations, list_backends, plugin_failures
 
     specs = list_backends()
     if specs:
@@ -68,6 +69,11 @@ def cmd_backends(check: bool = False, names: Sequence[str] = ()) -> int:
             print(f"{name:<{width}}  {spec.package or '-':<20} {spec.version or '-':<9} {spec.description}")
     else:
         print("no backends installed (pip install envfleet-libero, envfleet-isaac, or your own plugin)")
+    old = [d for spec in specs.values() for d in deprecations(spec)]
+    if old:  # they still run, the old way: a notice for their authors, not a failure
+        print(f"\nbackends written for an older plugin API (this envfleet's is {PLUGIN_API_VERSION}; they run as before):")
+        for deprecation in old:
+            print(f"  deprecated: {deprecation.line()}")
     failures = plugin_failures()
     if failures:
         print("\nplugins that failed to load:")
@@ -270,6 +276,30 @@ def _restart_line(cause: dict[str, Any]) -> str:
     return f"restart: {where}: {cause['cause']} ({cause['exit']})" + (f"; last output: {last.strip()}" if last else "")
 
 
+def _show_plugin_deprecations() -> None:
+    """Print each :class:`~envfleet.errors.PluginDeprecationWarning` once, as a ``warning:`` line on stderr.
+
+    Python hides a ``DeprecationWarning`` raised inside a library, and this one is for whoever
+    runs the command as much as for the plugin's author: it names the plugin to update.
+    """
+    from envfleet.errors import PluginDeprecationWarning
+
+    warnings.filterwarnings("default", category=PluginDeprecationWarning)
+    shown: set[str] = set()
+    original = warnings.showwarning
+
+    def show(
+        message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None
+    ) -> None:
+        if not issubclass(category, PluginDeprecationWarning):
+            original(message, category, filename, lineno, file, line)
+        elif str(message) not in shown:
+            shown.add(str(message))
+            print(f"warning: {category.__name__}: {message}", file=sys.stderr, flush=True)
+
+    warnings.showwarning = show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``envfleet`` command.
 
@@ -279,6 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     from envfleet.errors import EnvFleetError
 
+    _show_plugin_deprecations()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     show = "--traceback" in argv or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")

@@ -154,7 +154,7 @@ def _plugin_dists() -> dict[str, str]:
 
 
 def _plugin_findings(specs: dict[str, Any], chosen: list[str]) -> list[Finding]:
-    from envfleet.plugins import plugin_failures
+    from envfleet.plugins import deprecations, plugin_failures
 
     findings = []
     if specs:
@@ -165,6 +165,9 @@ def _plugin_findings(specs: dict[str, Any], chosen: list[str]) -> list[Finding]:
     dists = _plugin_dists()
     # A broken plugin is a failure of the machine; with backends named that are fine, only a warning.
     status = "warn" if chosen else "FAIL"
+    for name in chosen or list(specs):  # still runs, the old way: a warning that names what to change
+        for deprecation in deprecations(specs[name]):
+            findings.append(Finding("warn", f"deprecated: {deprecation.what()}", deprecation.fix))
     for failure in plugin_failures():
         dist = dists.get(failure.name) or f"the package that provides plugin {failure.name!r}"
         if failure.stage == "import":
