@@ -1,4 +1,5 @@
-"""Follow docs/plugins.md from scratch: a fresh venv, the guide's files, `envfleet backends`, the conformance suite."""
+"""Follow docs/plugins.md from scratch: a fresh venv, the guide's files, `envfleet backends`, the conformance suite,
+and the guide's plugin declared for the previous plugin API."""
 
 from __future__ import annotations
 
@@ -77,3 +78,23 @@ def test_following_the_guide_in_a_fresh_venv(tmp_path) -> None:
     assert summary["episodes"] >= 12, (summary, rollout.stdout)  # 12 chunks of 4 sub-steps, 3 envs, 8-step episodes
     for task, row in summary["per_task"].items():
         assert row["description"].endswith(f"(task {task})"), summary["per_task"]
+
+    # The same plugin as written for the previous plugin API (1.0: no implements), reinstalled:
+    # listed as deprecated with its fix, and it still builds and steps with auto_reset, warning by name.
+    plugin = tmp_path / "envfleet-line" / "src" / "envfleet_line" / "plugin.py"
+    source = plugin.read_text()
+    declared = '            implements={"auto_reset", "ignore_terminations"},\n            api_version="2.0",'
+    assert source.count(declared) == 1, "the guide's BackendSpec no longer declares implements and api_version as this test expects"
+    plugin.write_text(source.replace(declared, '            api_version="1.0",'))
+    run(py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", "./envfleet-line")
+    listed = run(envfleet, "backends").stdout
+    assert (
+        "deprecated: backend line (envfleet-line) uses plugin API 1.0" in listed
+        and 'fix: BackendSpec(..., api_version="2.0", implements=' in listed
+    ), listed
+    old = run(envfleet, "backends", "--check", "line", "train.auto_reset=true")
+    assert re.search(r"line: ok \(build [0-9.]+ s", old.stdout), old.stdout
+    assert "PluginDeprecationWarning: backend 'line' (package envfleet-line) is written for envfleet plugin API 1.0" in old.stderr, (
+        old.stderr
+    )
+    assert 'implements={"auto_reset"}' in old.stderr, old.stderr
