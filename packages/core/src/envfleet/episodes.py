@@ -17,7 +17,8 @@ episode), ``success_at_end`` (success at its latest simulated sub-step: for an e
 ended, at its last), ``success_at_reset`` (the task was already solved by the initial
 state, when the backend can tell), ``episode_return``, ``episode_length``, ``state_id``,
 ``task_id``, ``episode_done`` (finished now), ``episode_ended`` (finished during this
-chunk) and ``reset_state_id``.
+chunk) and ``reset_state_id``; for a backend that reports failures (``record(fail=...)``, whose
+terminations are then not all successes), ``success`` ``[n, chunk]``: success per sub-step.
 
 A backend calls :meth:`EpisodeTracker.begin` on reset, :meth:`EpisodeTracker.active`
 before each sub-step (simulate only those envs), :meth:`EpisodeTracker.record` after
@@ -77,6 +78,9 @@ class ChunkFlags:
     truncations: np.ndarray  # bool [n, chunk]
     ended: np.ndarray  # bool [n]: episode ended during this chunk
     infos: dict[str, np.ndarray]
+    #: bool [n, chunk], success per sub-step, kept only for a backend that reports failures
+    #: (then its terminations are not all successes); ``infos["success"]``.
+    successes: np.ndarray | None = None
 
     def to_result(self, obs: dict[str, Any], task_descriptions: list[str]) -> ChunkStepResult:
         """The chunk's :class:`~envfleet.env.ChunkStepResult`: these flags and infos with ``obs`` and ``task_descriptions``."""
@@ -192,6 +196,10 @@ class EpisodeTracker:
         self.ret += reward
         self.success_once |= succ
         self.last_success = np.where(sim, succ, self.last_success)
+        if fail is not None:
+            if c.successes is None:
+                c.successes = np.zeros_like(c.terminations)
+            c.successes[:, k] = self.last_success  # a finished env keeps its episode's last
         trunc = sim & (self.length >= self.max_episode_steps)
         ends = trunc | term if not self.ignore_terminations else trunc
         if not self.ignore_terminations:
@@ -221,6 +229,8 @@ class EpisodeTracker:
             "episode_ended": c.ended.copy(),
             "reset_state_id": np.full(self.n, -1, dtype=np.int64),
         }
+        if c.successes is not None:
+            c.infos["success"] = c.successes
         return c
 
     def get_state(self) -> dict[str, Any]:
