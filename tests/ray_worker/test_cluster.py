@@ -177,9 +177,9 @@ def test_unsatisfiable_placement_is_an_error_at_once(cluster, kwargs, words) -> 
 
 def test_lost_node_workers_recreated_on_surviving_nodes(cluster, lossy_nodes) -> None:
     lossy_nodes(2)  # 8 slots for 4 workers, 2 on each node: a lost node's workers fit on the other
-    group = EnvWorkerGroup(
-        cfg(**{"train.toy.step_sleep_s": 1.0}), num_workers=4, cpus_per_worker=0.25, resources=LOSSY, strategy="SPREAD", max_restarts=4
-    )
+    # A null chunk length (verl-vla's config has none): the recreated workers' rows take the step's own.
+    unfixed = cfg(**{"train.toy.step_sleep_s": 1.0, "actor.model.num_action_chunks": "null"})
+    group = EnvWorkerGroup(unfixed, num_workers=4, cpus_per_worker=0.25, resources=LOSSY, strategy="SPREAD", max_restarts=4)
     try:
         group.init_worker()
         group.init_simulator()

@@ -1,4 +1,4 @@
-"""concat_harmonized, dead_error and bundle_shape, without Ray: a dead worker's rows and message, a bundle."""
+"""concat_harmonized, dead_error, chunk_of and bundle_shape, without Ray: a dead worker's rows and message, a bundle."""
 
 from __future__ import annotations
 
@@ -55,3 +55,17 @@ def test_bundle_shape_rejects_what_ray_cannot_take() -> None:
         bundle_shape(1, resources={"CPU": 2})
     with pytest.raises(ValueError, match=r"resources\['sim'\] must be a positive number, got -1"):
         bundle_shape(1, resources={"sim": -1})
+
+
+def test_chunk_of_reads_a_steps_actions() -> None:
+    import pytest
+
+    from envfleet.errors import InvalidInputError
+    from envfleet_ray.recovery import chunk_of
+
+    assert chunk_of(DataProto.from_dict(non_tensors={"actions": np.zeros((3, 5, 7), np.float32)})) == 5
+    rows = np.empty(2, dtype=object)
+    rows[:] = [np.zeros((4, 7)), np.zeros((4, 7))]
+    assert chunk_of(DataProto.from_dict(non_tensors={"actions": rows})) == 4
+    with pytest.raises(InvalidInputError, match=r"needs 'actions' \[n, chunk, action_dim\], got shape \(3, 7\)"):
+        chunk_of(DataProto.from_dict(non_tensors={"actions": np.zeros((3, 7), np.float32)}))

@@ -42,7 +42,7 @@ from .futures import DEAD_WORKER_ERRORS, GroupFuture, WorkerCall, unwrap_task_er
 from .lane import LaneClient, LaneClosed
 from .metrics import merge_metrics
 from .placement import PlacementError, alive_nodes, bundle_shape, check_feasible, describe_nodes, reserve, wait_placed
-from .recovery import concat_harmonized, dead_error
+from .recovery import chunk_of, concat_harmonized, dead_error
 from .worker import EnvWorker
 
 __all__ = ["EnvWorkerGroup", "GroupFuture", "concat_harmonized"]  # GroupFuture: see envfleet_ray.futures
@@ -100,7 +100,9 @@ class EnvWorkerGroup:
         self.num_workers = int(num_workers)
         self.stage_num = int(config.rollout.pipeline_stage_num)
         self.num_envs = int(config.train.num_envs)
-        self._chunk = int(config.actor.model.num_action_chunks)  # read once: an OmegaConf lookup per step is not free
+        # Read once (an OmegaConf lookup per step is not free); null: each step's actions set it.
+        chunk = config.actor.model.num_action_chunks
+        self._chunk: int | None = None if chunk is None else int(chunk)
         self.max_restarts = int(max_restarts)
         self.restarts = 0
         self._restart_causes: list[dict[str, Any]] = []  # worker deaths since the last finish_rollout
@@ -407,7 +409,8 @@ class EnvWorkerGroup:
 
         def on_dead(dead: dict[int, BaseException]) -> dict[int, DataProto]:
             self._revive(dead)
-            refs = {rank: self.workers[rank].restart_step_result.remote(int(stage), chunk, mode) for rank in dead}
+            n = chunk if chunk is not None else chunk_of(data)  # a null num_action_chunks: this step's own
+            refs = {rank: self.workers[rank].restart_step_result.remote(int(stage), n, mode) for rank in dead}
             return dict(zip(refs, ray.get(list(refs.values()))))
 
         return GroupFuture(calls, concat_harmonized, on_dead)

@@ -3,7 +3,8 @@
 :func:`dead_error` words one :class:`~envfleet.errors.WorkerDiedError` for every worker a
 call found gone (a lost node takes several at once): rank, node, pid and Ray's cause.
 :func:`concat_harmonized` joins a step's results when a recreated worker's part lacks
-keys the others carry.
+keys the others carry. :func:`chunk_of` reads a step's chunk length from its actions when
+the config leaves it null, for the truncated rows a recreated worker answers with.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from envfleet.dataproto import DataProto
-from envfleet.errors import WorkerDiedError
+from envfleet.errors import InvalidInputError, WorkerDiedError
 
-__all__ = ["concat_harmonized", "dead_error"]
+__all__ = ["chunk_of", "concat_harmonized", "dead_error"]
 
 
 def dead_error(
@@ -40,6 +41,19 @@ def dead_error(
             + (" (its node is lost: Ray declared it dead)" if alive is not None and node.get("node_id") not in alive else "")
         )
     return WorkerDiedError("; ".join(parts) + (f"; {why}" if why else ""))
+
+
+def chunk_of(data: DataProto) -> int:
+    """The chunk length of a step's ``actions`` (``[n, chunk, action_dim]``, or an object array of ``[chunk, action_dim]`` rows)."""
+    actions: Any = data.non_tensor_batch.get("actions")
+    if actions is None and data.batch is not None and "actions" in data.batch.keys():
+        actions = data.batch["actions"]
+    shape = tuple(getattr(actions, "shape", ()))
+    if len(shape) == 1 and shape[0] and isinstance(actions, np.ndarray) and actions.dtype == object:
+        shape = (shape[0], *np.shape(actions[0]))
+    if len(shape) != 3:
+        raise InvalidInputError(f"step data needs 'actions' [n, chunk, action_dim], got shape {shape}")
+    return int(shape[1])
 
 
 def concat_harmonized(parts: Sequence[DataProto]) -> DataProto:
