@@ -35,18 +35,20 @@ from omegaconf import DictConfig, OmegaConf
 from envfleet.dataproto import DataProto
 from envfleet.errors import ConfigError, InvalidInputError
 
+from .placement import bundle_shape, reserve
 from .worker import EnvWorker as FleetWorker
 
 try:
     from verl.protocol import DataProto as VerlDataProto
     from verl.single_controller.base import Worker
     from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
+    from verl.single_controller.ray.base import RayResourcePool, sort_placement_group_by_node_ip
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(
         f"envfleet_ray.verl needs verl's single controller and DataProto ({exc}); install them with: pip install 'envfleet-ray[verl]'"
     ) from exc
 
-__all__ = ["EnvWorker", "MESH", "from_verl", "to_verl"]
+__all__ = ["EnvWorker", "EnvResourcePool", "MESH", "from_verl", "to_verl"]
 
 MESH = "env"  # the dispatch mesh of the data methods, as in verl's env worker
 
@@ -152,3 +154,57 @@ class EnvWorker(Worker):  # type: ignore[misc]
     def close(self) -> None:
         """Stop every simulator process and free shared memory. Safe to call twice."""
         self.worker.close()
+
+
+class EnvResourcePool(RayResourcePool):  # type: ignore[misc]
+    """verl's ``RayResourcePool`` whose bundles also ask for Ray resources, memory and node labels.
+
+    verl's pool reserves ``{"CPU": max_colocate_count}`` (and a GPU) per worker, so its
+    env workers land on any node with a free CPU, the policy's GPU nodes included. This
+    pool adds ``resources`` (for example ``{"sim": 1}``, offered by ``ray start --resources
+    '{"sim": 8}'`` on the simulator nodes), ``memory_per_worker`` (bytes) and ``labels``
+    to every bundle, as :class:`~envfleet_ray.group.EnvWorkerGroup` does; a placement no
+    alive node can hold is a :class:`~envfleet_ray.placement.PlacementError` at once and
+    one not granted within ``placement_timeout_s`` after it, where verl's own pool waits
+    in Ray's scheduler for ever. Use it wherever verl (or verl-vla) takes a
+    ``RayResourcePool``::
+
+        pool = EnvResourcePool([num_workers], use_gpu=False, max_colocate_count=1, resources={"sim": 1})
+        env_wg = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(ray.remote(EnvWorker), ...))
+    """
+
+    def __init__(
+        self,
+        process_on_nodes: list[int] | None = None,
+        use_gpu: bool = False,
+        max_colocate_count: int = 1,
+        *,
+        resources: dict[str, float] | None = None,
+        memory_per_worker: float | None = None,
+        labels: dict[str, str] | None = None,
+        placement_timeout_s: float = 120.0,
+        check_placement: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(process_on_nodes, use_gpu=use_gpu, max_colocate_count=max_colocate_count, **kwargs)
+        try:
+            self.bundle = bundle_shape(float(max_colocate_count), 0.0, memory_per_worker, resources)
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from None
+        self.labels = dict(labels or {})
+        self.placement_timeout_s = float(placement_timeout_s)
+        self.check_placement = bool(check_placement)
+
+    def get_placement_groups(self, strategy: str = "STRICT_PACK", name: str | None = None, device_name: str = "cuda") -> list[Any]:
+        """One placement group per entry of ``process_on_nodes``, each bundle :attr:`bundle` (plus the device when ``use_gpu``)."""
+        if self.pgs is not None:
+            return list(self.pgs)
+        bundle = dict(self.bundle)
+        if self.use_gpu:  # verl's device names: "cuda" is Ray's GPU, "npu" its NPU
+            bundle[{"cuda": "GPU", "npu": "NPU"}.get(device_name, device_name)] = 1.0
+            if self.accelerator_type is not None:
+                bundle[self.accelerator_type] = 1e-4
+        pgs = [reserve([bundle] * count, strategy, self.labels, self.placement_timeout_s, self.check_placement) for count in self._store]
+        placed: list[Any] = sort_placement_group_by_node_ip(pgs)
+        self.pgs = placed  # type: ignore[assignment]  # verl declares it None until placed
+        return list(placed)
