@@ -32,6 +32,7 @@ from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 
+from envfleet_ray.verl import EnvResourcePool
 from envfleet_ray.verl_vla import EnvWorker
 
 __all__ = ["ScriptedRolloutWorker", "VerlVlaSequence", "Step", "records", "metrics", "SPEED"]
@@ -111,8 +112,17 @@ def unprefix(data: DataProto, prefix: str) -> DataProto:
 class VerlVlaSequence:
     """verl-vla's TrainCluster around envfleet's adapter: ``start()``, ``rollout()``, ``eval()``, ``shutdown()``."""
 
-    def __init__(self, env_config: dict[str, Any], workers: int, chunk: int, solve: tuple[int, ...], push: float = 0.0) -> None:
+    def __init__(
+        self,
+        env_config: dict[str, Any],
+        workers: int,
+        chunk: int,
+        solve: tuple[int, ...],
+        push: float = 0.0,
+        sim: dict[str, float] | None = None,
+    ) -> None:
         self.env_config = env_config
+        self.sim = sim  # the env pool's extra Ray resources per worker (EnvResourcePool), as a cluster's sim nodes offer
         self.workers = workers
         self.stages = int(env_config["env_loop"]["pipeline_stage_num"])
         self.max_interactions = int(env_config["env_loop"]["max_interactions"])
@@ -123,7 +133,9 @@ class VerlVlaSequence:
 
     def start(self) -> None:
         self.pools = [
-            RayResourcePool(process_on_nodes=[self.workers], use_gpu=False, max_colocate_count=1),
+            EnvResourcePool([self.workers], use_gpu=False, max_colocate_count=1, resources=self.sim, placement_timeout_s=120)
+            if self.sim
+            else RayResourcePool(process_on_nodes=[self.workers], use_gpu=False, max_colocate_count=1),
             RayResourcePool([1], use_gpu=False, max_colocate_count=1),
         ]
         env = RayClassWithInitArgs(cls=ray.remote(EnvWorker), config=self.env_config, role="env")

@@ -6,7 +6,6 @@ RayWorkerGroup, in TrainCluster's and EnvLoop's order of calls and with their ke
 
 from __future__ import annotations
 
-import tempfile
 import time
 from typing import Any
 
@@ -16,13 +15,16 @@ import ray
 import torch
 
 from envfleet.errors import ConfigError
-from envfleet_ray import init_ray
+from envfleet_ray.placement import PlacementError
+from envfleet_ray.verl import EnvResourcePool
 from envfleet_ray.verl_vla_config import read_config
 
 from ..conftest import pid_alive
+from ..ray_worker.raytools import loopback_cluster
 from .sequence import SPEED, Rollout, VerlVlaSequence
 
 W, S, N = 2, 2, 2
+SIM = {"sim": 1.0}  # per env worker: the simulator node's resource
 ROWS = W * S * N
 TASKS, TRIALS = 3, 4  # the toy's tasks and fixed initial states per task: state id = task * TRIALS + trial
 
@@ -57,12 +59,22 @@ def env_config(auto_reset: bool, chunk: int, interactions: int, horizon: int, **
 
 @pytest.fixture(scope="module")
 def local_ray():
-    # A Ray of its own even when another is up on this machine (a `ray start` cluster is joined
-    # by a plain local start; its bootstrap file lives in Ray's temp dir).
-    with tempfile.TemporaryDirectory(prefix="ray", dir="/tmp") as tmp:
-        init_ray(num_cpus=8, _temp_dir=tmp)
+    """Two Ray nodes on loopback, one Ray start for the module: the head plays the policy's node
+    (no ``sim`` resource), the other a simulator node (``{"sim": 6}``); the env pools ask for
+    ``{"sim": 1}`` per worker (:class:`~envfleet_ray.verl.EnvResourcePool`)."""
+    cluster = loopback_cluster(num_cpus=2)
+    cluster.add_node(num_cpus=6, resources={"sim": 6}, node_ip_address="127.0.0.1")
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
+    try:
         yield
+    finally:
         ray.shutdown()
+        cluster.shutdown()
+
+
+def sim_nodes() -> set[str]:
+    return {n["NodeID"] for n in ray.nodes() if n["Alive"] and "sim" in n["Resources"]}
 
 
 def check_step_keys(out: Rollout, chunk: int) -> None:
@@ -138,8 +150,10 @@ def test_train_cluster_sequence_without_auto_reset_scripted_policy_for_the_gpu_m
     """Filtered pool (tasks 2 and 0, three trials each), no auto-reset: rollout twice, eval, bad inputs, shutdown."""
     chunk, interactions = 8, 6
     cfg = env_config(False, chunk, interactions, horizon=chunk * interactions, task_ids=[2, 0], num_trials_per_task=3)
-    seq = VerlVlaSequence(cfg, workers=W, chunk=chunk, solve=(0,))
+    seq = VerlVlaSequence(cfg, workers=W, chunk=chunk, solve=(0,), sim=SIM)
     seq.start()
+    # The env pool's bundles ask for the sim resource: every env worker is on the sim node.
+    assert {info["node_id"] for info in seq.env_wg.node_info()} <= sim_nodes()
     pool = [8, 9, 10, 0, 1, 2]
     assert seq.env_wg.get_eval_benchmark_size() == [len(pool)] * W
     first, m1 = seq.rollout()
@@ -182,16 +196,28 @@ def test_train_cluster_sequence_without_auto_reset_scripted_policy_for_the_gpu_m
 
 
 def test_train_cluster_sequence_with_auto_reset_scripted_policy_for_the_gpu_model(local_ray) -> None:
-    """Auto-reset over the whole suite: the second rollout continues the first's episodes and
-    lengths carry over; eval covers all 12 cases once."""
+    """Auto-reset from a filtered pool (tasks 1 and 0, two trials each): finished envs restart
+    at states drawn from the pool; the second rollout continues the first's episodes and lengths
+    carry over; eval covers the 4 cases once."""
     chunk, interactions, horizon = 8, 3, 40
-    seq = VerlVlaSequence(env_config(True, chunk, interactions, horizon=horizon), workers=W, chunk=chunk, solve=(0,))
+    cfg = env_config(True, chunk, interactions, horizon=horizon, task_ids=[1, 0], num_trials_per_task=2)
+    seq = VerlVlaSequence(cfg, workers=W, chunk=chunk, solve=(0,), sim=SIM)
     seq.start()
     first, _ = seq.rollout()
     second, m2 = seq.rollout()
+    fresh = []  # the observations finished envs restarted at
     for out in (first, second):
         check_step_keys(out, chunk)
         assert check_next_follows_action(out, chunk) > 0
+        for stage_steps in out.steps:
+            for st in stage_steps:
+                r = st.result
+                done = (r.batch["next.terminated"] | r.batch["next.truncated"]).any(dim=1)
+                assert set(r.non_tensor_batch["obs.task_id"].tolist()) <= {0, 1}
+                fresh += [
+                    (int(t), row) for t, row in zip(r.non_tensor_batch["obs.task_id"][done.numpy()], r.batch["obs.observation.state"][done])
+                ]
+    assert fresh  # task 0 is solved in its first chunk: its envs restart every chunk
     # reset_env with auto_reset hands back the latest observations: rollout 2 starts where 1 ended.
     last = [first.steps[s][-1].result for s in range(S)]
     starts = second.steps
@@ -209,11 +235,20 @@ def test_train_cluster_sequence_with_auto_reset_scripted_policy_for_the_gpu_mode
     lengths = [r["length"] for r in records(second, True, carry) if r["task_id"] != 0]
     assert lengths and set(lengths) == {horizon}
 
-    _passes, val, accepted = seq.eval()
-    assert accepted.tolist() == [1] * (TASKS * TRIALS)
-    assert val["val/benchmark_size"] == 12.0 and val["val/trajectory_count"] == 12.0
-    assert val["val/per_task_success_rate/task_0"] == 1.0
-    assert val["val/per_task_success_rate/task_1"] == val["val/per_task_success_rate/task_2"] == 0.0
+    passes, val, accepted = seq.eval()
+    # Every restart began a pool state's episode: its first observation is that state's, as
+    # eval's reset (which deals all 4 cases) shows it.
+    reset = passes[0].reset
+    starts = {
+        int(c): (int(t), row)
+        for c, t, row in zip(reset.non_tensor_batch["eval_episode_id"], reset.non_tensor_batch["task_id"], reset.batch["observation.state"])
+    }
+    assert sorted(starts) == [0, 1, 2, 3]
+    for task, row in fresh:
+        assert any(task == t and torch.equal(row, start) for t, start in starts.values()), (task, row)
+    assert accepted.tolist() == [1] * 4
+    assert val["val/benchmark_size"] == 4.0 and val["val/trajectory_count"] == 4.0
+    assert val["val/per_task_success_rate/task_0"] == 1.0 and val["val/per_task_success_rate/task_1"] == 0.0
     shutdown_leaves_nothing(seq)
 
 
@@ -258,7 +293,6 @@ def check_bad_inputs(seq: VerlVlaSequence, chunk: int) -> None:
         (("target_step_hz",), 10.0, "target_step_hz"),
         (("simulator", "simulator_type"), "arena", "verl-vla's own simulator"),
         (("modes",), ["train", "test"], "expected some of"),
-        (("auto_reset",), True, "auto_reset with a reset filter"),
     ],
 )
 def test_unserved_keys_are_config_errors(path: tuple[str, ...], value: Any, match: str) -> None:
@@ -300,11 +334,13 @@ def test_config_mapping_of_verl_vla_libero_section() -> None:
 
 def test_train_cluster_eval_on_real_libero_scripted_policy_for_the_gpu_model(local_ray) -> None:
     """Real LIBERO through verl-vla's LIBERO section: libero_spatial task 0, two cases, one
-    worker x 2 stages x 1 env, eval only. Case 0 pushes the arm to +x, case 1 to -x."""
+    worker x 1 stage x 2 envs in one LIBERO process, eval only (stages and their dealing are
+    the toy's part). Case 0 pushes the arm to +x, case 1 to -x."""
     chunk = 4
     cfg = env_config(False, chunk, 2, horizon=8)
+    cfg["env_loop"]["pipeline_stage_num"] = 1
     cfg["env_worker"]["modes"] = ["eval"]
-    cfg["env_worker"]["num_envs"] = 1
+    cfg["env_worker"]["num_envs"] = 2
     libero = {
         "task_suite_name": "libero_spatial",
         "max_episode_steps": 8,
@@ -315,9 +351,9 @@ def test_train_cluster_eval_on_real_libero_scripted_policy_for_the_gpu_model(loc
     cfg["env_worker"]["simulator"] = {
         "simulator_type": "libero",
         "libero": {**libero, "camera_heights": 64, "camera_widths": 64, "camera_names": ["agentview", "robot0_eye_in_hand"]},
-        "envfleet": {"libero": {"envs_per_process": 1}},
+        "envfleet": {"libero": {"envs_per_process": 2}},
     }
-    seq = VerlVlaSequence(cfg, workers=1, chunk=chunk, solve=(), push=0.8)
+    seq = VerlVlaSequence(cfg, workers=1, chunk=chunk, solve=(), push=0.8, sim=SIM)
     seq.start()
     try:
         with pytest.raises(Exception, match="mode 'train' is not started"):
@@ -343,7 +379,7 @@ def test_train_cluster_eval_on_real_libero_scripted_policy_for_the_gpu_model(loc
         dx = first.result.batch["obs.observation.state"][:, 0] - first.obs.batch["observation.state"][:, 0]
         push = first.action.batch["action"][:, 0, 0].double()
         assert (torch.sign(dx) == torch.sign(push)).all() and (dx.abs() > 1e-3).all(), (dx, push)
-        assert tuple(first.result.batch["next.success"].shape) == (1, chunk)
+        assert tuple(first.result.batch["next.success"].shape) == (2, chunk)
     assert val["val/benchmark_size"] == 2.0 and val["val/trajectory_count"] == 2.0 and val["val/per_task_success_rate/task_0"] == 0.0
     assert not [p for p in pids if _wait_gone(p)], "processes left after TrainCluster.shutdown()"
 
@@ -354,3 +390,16 @@ def _wait_gone(pid: int, timeout: float = 60.0) -> bool:
     while time.time() < deadline and pid_alive(pid):
         time.sleep(0.2)
     return pid_alive(pid)
+
+
+def test_env_pool_no_node_can_hold_is_a_placement_error_at_once(local_ray) -> None:
+    """An EnvResourcePool asking for more than any node offers fails before Ray's scheduler waits."""
+    t0 = time.monotonic()
+    for pool, match in [
+        (EnvResourcePool([1], resources={"gpu_sim": 1}), r"gpu_sim"),
+        (EnvResourcePool([2], resources={"sim": 4}), r"sim.*STRICT_PACK"),
+    ]:
+        with pytest.raises(PlacementError, match=match):
+            pool.get_placement_groups(strategy="STRICT_PACK")
+        assert pool.pgs is None
+    assert time.monotonic() - t0 < 60  # a bounded error, not a wait for a node that never comes

@@ -221,24 +221,40 @@ class EnvWorker(Worker):  # type: ignore[misc]
         stage = int(stage)
         batch = result.batch
         assert batch is not None
-        went = batch["reset_state_id"].numpy() if "reset_state_id" in batch.keys() else np.full(self.num_envs, -1)
-        rows = np.where(went >= 0, went, self._rows[(mode, stage)]).astype(np.int64)
-        self._rows[(mode, stage)] = rows
-        latest = self._observations(mode, stage, result)
+        terminated, truncated = batch["terminations"].bool(), batch["truncations"].bool()
+        observed = result
+        if self.settings.auto_reset:
+            observed = self._auto_reset(mode, stage, (terminated | truncated).any(dim=1).numpy(), result)
+        latest = self._observations(mode, stage, observed)
         self._latest[(mode, stage)] = latest
-        terminated = batch["terminations"].bool()
+        # The per-sub-step success, apart from terminations (which may include failures).
         success = batch["success"].bool() if "success" in batch.keys() and batch["success"].shape == terminated.shape else terminated
         tensors = {f"obs.{k}": v for k, v in latest.batch.items()}
         tensors.update(
             {
                 "next.reward": batch["rews"].float(),
                 "next.terminated": terminated,
-                "next.truncated": batch["truncations"].bool(),
+                "next.truncated": truncated,
                 "next.success": success,
             }
         )
         non_tensors = {f"obs.{k}": v for k, v in latest.non_tensor_batch.items()}
         return VerlDataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+    def _auto_reset(self, mode: str, stage: int, done: np.ndarray, result: DataProto) -> DataProto:
+        """Reset the envs whose episode ended in the chunk to states drawn as verl-vla's env does:
+        train from the filtered pool, eval the next cases of this stage's share. Returns the
+        stage's observations after it (``result`` itself when no env ended)."""
+        ended = np.flatnonzero(done)
+        if ended.size == 0:
+            return result
+        plan = self._plans[(mode, stage)]
+        ids = plan.next_eval(ended.size)[0] if mode == "eval" else plan.next_train(ended.size)
+        rows = self._rows[(mode, stage)].copy()
+        rows[ended] = ids
+        fresh = self.worker.reset_some_envs(stage, ended, ids, _FLEET_MODE[mode])
+        self._rows[(mode, stage)] = rows
+        return fresh
 
     def _observations(self, mode: str, stage: int, part: DataProto) -> Any:
         """verl-vla's observation keys of one stage's rows."""

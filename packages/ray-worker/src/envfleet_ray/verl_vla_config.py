@@ -18,9 +18,10 @@ is an envfleet backend, configured by the section's ``envfleet`` keys (envfleet'
 Refused with a :class:`~envfleet.errors.ConfigError` naming the key, since envfleet
 does not serve them: asynchronous action execution, interpolation, serial smoothing,
 teleoperation, the LeRobot recorder, ``target_step_hz``, ``confirm_before_record``,
-``log_step_latency``, verl-vla's own ``arena`` and ``piper`` simulators, and
-``auto_reset`` together with a reset filter (envfleet's auto-reset walks the whole
-suite). verl-vla's ``video`` recorder maps to envfleet's ``video_cfg``.
+``log_step_latency`` and verl-vla's own ``arena`` and ``piper`` simulators.
+verl-vla's ``video`` recorder maps to envfleet's ``video_cfg``. ``auto_reset`` is the
+adapter's own (finished envs reset at the chunk's end to states drawn from the filtered
+pool, as verl-vla's env does); envfleet's ``train.auto_reset`` stays off.
 """
 
 from __future__ import annotations
@@ -164,14 +165,10 @@ def read_config(config: Any) -> VerlVlaSettings:
         raise ConfigError(f"cluster.env.env_worker.modes {list(modes)}: expected some of {list(_MODES)}")
     train, filters, seed = _simulator(_section(worker, "simulator", "cluster.env.env_worker"))
     auto_reset = bool(worker.get("auto_reset", False))
-    if auto_reset and any(v is not None for v in filters.values()):
-        raise ConfigError(
-            "cluster.env.env_worker.auto_reset with a reset filter ("
-            + ", ".join(f"{k}={v}" for k, v in filters.items() if v is not None)
-            + "): envfleet's auto-reset draws from the whole suite; drop the filter or auto_reset"
-        )
     train["num_envs"] = int(worker.get("num_envs", 1))
-    train["auto_reset"] = auto_reset
+    # The adapter resets finished envs itself, to states drawn from the filtered pool as
+    # verl-vla's env does; the backend's own auto-reset (a seeded cycle over the whole suite) stays off.
+    train["auto_reset"] = False
     if worker.get("simulator_start_timeout_s") is not None:
         train.setdefault("start_timeout_s", float(worker["simulator_start_timeout_s"]))
     if worker.get("device") not in (None, "cpu"):

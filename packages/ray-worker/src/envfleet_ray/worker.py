@@ -284,6 +284,23 @@ class EnvWorker:
         self._last_reset[mode] = out
         return out
 
+    def reset_some_envs(self, stage_id: int, env_ids: np.ndarray, state_ids: np.ndarray, mode: str = "train") -> DataProto:
+        """Reset envs ``env_ids`` of one stage to ``state_ids``; the stage's other envs keep their episodes.
+
+        For a trainer that picks the states of finished envs itself (verl-vla's auto-reset
+        from a filtered pool). Returns every env of the stage's observations, as
+        :meth:`reset_envs_to_state_ids` does for one stage.
+        """
+        state = self._running_stages(self._mode(mode=mode))[stage_id]
+        with self._stage_locks[stage_id]:
+            r = state.manager.reset_some_envs(env_ids, state_ids)
+        state.running = list(r.task_descriptions)
+        state.used_ids.update(int(i) for i in np.asarray(state_ids))
+        obs: dict[str, Any] = dict(r.obs)
+        obs["task_descriptions"] = r.task_descriptions
+        z = np.zeros((self.num_envs, 0))
+        return create_env_batch_dataproto(obs, z.astype(np.float32), z.astype(bool), z.astype(bool), r.infos, {"stage_id": stage_id})
+
     def get_all_state_ids(self, mode: str = "train") -> np.ndarray:
         """Every state id the backend can reset to."""
         return self._running_managers(self._mode(mode=mode))[0].get_all_state_ids()
