@@ -129,16 +129,34 @@ def tests_torchrl(session: nox.Session) -> None:
     session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV, external=True)
 
 
-@nox.session(name="tests-verl-vla", python=PY311)
+@nox.session(name="tests-verl-vla", venv_backend="none")
 def tests_verl_vla(session: nox.Session) -> None:
     """envfleet's verl-vla adapter driven through verl 0.7.1's RayWorkerGroup in verl-vla's order of
-    calls; with ENVFLEET_VERL_VLA (a verl-vla checkout), also verl-vla's own TrainCluster."""
-    _install_project(session, lock=VERL_VLA_LOCK)
+    calls; with ENVFLEET_VERL_VLA (a verl-vla checkout), also verl-vla's own TrainCluster.
+
+    requirements/verl-vla-py311.txt is verl's lock with verl 0.7.1 for 0.9.1 (and no torchrl), so
+    this runs in tests-verl's venv with verl 0.7.1 (pure Python) installed apart and put first on
+    PYTHONPATH: no venv of its own to build. Runs after tests-verl; builds that venv when missing."""
+    venv = os.path.join(os.getcwd(), ".nox", "tests-verl")
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        session.run("python3.11", "-m", "venv", venv, external=True)
+        session.run(python, "-m", "pip", "install", "-q", "--no-deps", "-r", VERL_LOCK, external=True)
+        args = []
+        for path in [*PACKAGES, *TEST_PLUGINS]:
+            args += ["-e", path]
+        session.run(python, "-m", "pip", "install", "-q", "--no-deps", *args, external=True)
+    overlay = os.path.join(os.getcwd(), ".nox", "verl-vla-overlay")
+    with open(VERL_VLA_LOCK) as fh:
+        verl = next(line.strip() for line in fh if line.startswith("verl=="))
+    pins = [verl]
     if os.environ.get("ENVFLEET_VERL_VLA"):
         # verl-vla's import chain (hydra, accelerate, peft, ...): only for the opt-in test.
-        session.install("--no-deps", "-r", "requirements/verl-vla-extra-py311.txt")
+        pins += ["-r", "requirements/verl-vla-extra-py311.txt"]
+    session.run(python, "-m", "pip", "install", "-q", "--no-deps", "--upgrade", "--target", overlay, *pins, external=True)
+    env = {**RENDER_ENV, "PYTHONPATH": os.pathsep.join(p for p in (overlay, os.environ.get("PYTHONPATH", "")) if p)}
     args = session.posargs or ["tests/verl_vla"]
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
+    session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=env, external=True)
 
 
 @nox.session(name="tests-isaac", python=PY312)
