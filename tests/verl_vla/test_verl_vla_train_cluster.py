@@ -128,6 +128,7 @@ def test_verl_vla_train_cluster_drives_envfleet_toy_scripted_policy_for_the_gpu_
     sim = SimulatorConfig(
         simulator_type="toy",
         seed=7,
+        task_ids=[1, 0],  # auto-reset draws from this filtered pool, as verl-vla's LIBERO does
         envfleet={
             "max_episode_steps": 40,
             "init_params": {"camera_heights": 32, "camera_widths": 32},
@@ -142,14 +143,15 @@ def test_verl_vla_train_cluster_drives_envfleet_toy_scripted_policy_for_the_gpu_
         assert tuple(data.batch["obs.observation.state"].shape) == (8, 3, 8)
         assert tuple(data.batch["next.success"].shape) == (8, 3, 8)
         assert tuple(data.batch["action.action"].shape) == (8, 3, 8, 7)
+        assert not [k for k in metrics if k.endswith("task_2")], "an episode outside the pool (task 2)"
     second = out["rollouts"][1][1]
-    # Tasks 1 and 2 are never solved: they truncate at 40 sub-steps inside rollout 2; with the
-    # lengths carried over from rollout 1, their trajectories are the full horizon long.
+    # Task 1 is never solved: it truncates at 40 sub-steps inside rollout 2, with the lengths
+    # carried over from rollout 1; task 0's envs restart from the pool every chunk.
     assert second["data/per_task_success_rate/task_1"] == 0.0
     val = out["eval"]
-    assert val["val/benchmark_size"] == 12.0 and val["val/trajectory_count"] == 12.0
-    assert val["val/per_task_success_rate/task_0"] == 1.0
-    assert val["val/per_task_success_rate/task_1"] == val["val/per_task_success_rate/task_2"] == 0.0
+    assert val["val/benchmark_size"] == 8.0 and val["val/trajectory_count"] == 8.0
+    assert val["val/per_task_success_rate/task_0"] == 1.0 and val["val/per_task_success_rate/task_1"] == 0.0
+    assert "val/per_task_success_rate/task_2" not in val
     assert not gone(out["pids"]), "processes left after TrainCluster.shutdown()"
 
 
