@@ -42,3 +42,35 @@ def run() -> None:
         ],
         {"overlap": overlap},
     )
+    _verl_vla(python)
+
+
+def _verl_vla(python: str) -> None:
+    """A step in verl-vla's order of calls (verl 0.7.1 laid over the same venv, as `nox -s tests-verl-vla` does)."""
+    overlay = os.path.join(ROOT, ".nox", "verl-vla-overlay")
+    if not os.path.isdir(os.path.join(overlay, "verl")):
+        print("verl-vla: no verl 0.7.1 overlay (run `nox -s tests-verl-vla` first), skipped")
+        return
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (overlay, os.environ.get("PYTHONPATH", "")) if p)}
+    script = os.path.join(ROOT, "bench", "verl_vla_group.py")
+    out = subprocess.run([python, script], capture_output=True, text=True, timeout=3600, env=env)
+    if out.returncode != 0:
+        print(f"verl-vla: benchmark failed:\n{out.stderr[-3000:]}")
+        return
+    write_verl_vla(json.loads(out.stdout[out.stdout.index('{"rows"') :]))
+
+
+def write_verl_vla(result: dict) -> None:
+    """The verl_vla table and notes from ``bench/verl_vla_group.py``'s JSON."""
+    write(
+        "verl_vla",
+        result["rows"],
+        [
+            "A step through verl 0.7.1's RayWorkerGroup over envfleet_ray.verl_vla.EnvWorker, built as verl-vla's TrainCluster "
+            "builds its Env role and called as its EnvLoop calls it (env_interact_step(data, mode='train').get(), tensor "
+            "'action'), against the same env through envfleet's own group (local lane); one worker, one stage, alternated "
+            "in batches so that the machine's load hits both. Target: within 5% on LIBERO.",
+            "verl-vla's order costs Ray's task round trip, verl's DataProto pickling and the adapter's key mapping "
+            "(obs.* / next.*); verl-vla's own env worker needs a verl-vla checkout and is not measured here.",
+        ],
+    )
