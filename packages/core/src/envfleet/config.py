@@ -83,7 +83,8 @@ class EnvConfig:
     seed: int = 42  # base seed; each worker and stage derives its own
     reward_coef: float = 1.0  # reward given on success
     # The next six keys are honoured by the backends that declare them (BackendSpec.implements);
-    # a value other than the default, for a backend that does not, is an error at load time.
+    # a value other than the default, for a backend that does not, is an error at load time
+    # (for a plugin of plugin API 1 without implements: a deprecation warning, the key passed on).
     auto_reset: bool = False  # reset finished envs at the end of a chunk to the next state id
     ignore_terminations: bool = False  # keep stepping after success (termination still reported)
     render: RenderMode = RenderMode.last  # last: render only the last sub-step of a chunk; all: every sub-step

@@ -60,7 +60,8 @@ class ActionTransform(_Switch):
 
 #: Core keys that only the backends declaring them (``BackendSpec.implements``) honour, each
 #: with the value that asks nothing of a backend. Any other value, for a backend that does not
-#: declare the key, is a ConfigError at load time: never a key silently ignored.
+#: declare the key, is a ConfigError at load time: never a key silently ignored. (A plugin of
+#: plugin API 1, which declares no ``implements``, gets them unchecked and a warning: envfleet.plugins.api.)
 OPTIONAL_KEYS: dict[str, Any] = {
     "auto_reset": False,
     "ignore_terminations": False,
