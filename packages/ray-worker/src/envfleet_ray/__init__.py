@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .batch import create_env_batch_dataproto, put_tensor_cpu
+from .batch import create_env_batch_dataproto, env_batch_dataproto, put_tensor_cpu
 from .cluster import init_ray
 from .worker import EnvWorker
 
@@ -26,6 +26,7 @@ __all__ = [
     "EnvWorkerGroup",
     "GroupFuture",
     "create_env_batch_dataproto",
+    "env_batch_dataproto",
     "init_ray",
     "load_policy",
     "put_tensor_cpu",

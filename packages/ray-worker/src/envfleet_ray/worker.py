@@ -33,17 +33,17 @@ from omegaconf import DictConfig, OmegaConf
 from envfleet import ProcessEnvManager
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
-from envfleet.env import ResetResult
+from envfleet.env import ObservationSpec, ResetResult
 from envfleet.episodes import restarted_rows
 from envfleet.errors import InvalidInputError, SimulatorStoppedError
 from envfleet.fingerprint import fingerprint, protocol
 from envfleet.options import Mode
 from envfleet.plugins import get_backend
 
-from .batch import OBS_KEYS, create_env_batch_dataproto, put_tensor_cpu
+from .batch import OBS_KEYS, create_env_batch_dataproto, env_batch_dataproto, put_tensor_cpu
 from .metrics import EpisodeMetrics
 
-__all__ = ["EnvWorker", "put_tensor_cpu", "create_env_batch_dataproto", "OBS_KEYS"]
+__all__ = ["EnvWorker", "put_tensor_cpu", "create_env_batch_dataproto", "env_batch_dataproto", "OBS_KEYS"]
 
 log = logging.getLogger(__name__)
 
@@ -197,8 +197,9 @@ class EnvWorker:
         """Step one stage with ``data.non_tensor_batch["actions"]`` ``[n, chunk, action_dim]``.
 
         ``data.meta_info["stage_id"]`` picks the stage; the result is
-        :func:`~envfleet_ray.batch.create_env_batch_dataproto` of the chunk, with
-        ``meta_info == {"stage_id": stage_id}``.
+        :func:`~envfleet_ray.batch.env_batch_dataproto` of the chunk (every observation key
+        the backend declares, verl's ``full_image`` / ``wrist_image`` / ``state`` among them),
+        with ``meta_info == {"stage_id": stage_id}``.
         """
         t0 = time.perf_counter()
         if not isinstance(data, DataProto):
@@ -222,9 +223,9 @@ class EnvWorker:
             m0 = manager.stats.wall_s
             result = manager.chunk_step(actions)
             inner = manager.stats.wall_s - m0
-        obs: dict[str, Any] = dict(result.obs)
-        obs["task_descriptions"] = result.task_descriptions
-        out = create_env_batch_dataproto(obs, result.rewards, result.terminations, result.truncations, result.infos, {"stage_id": stage})
+        out = env_batch_dataproto(
+            result.obs, result.task_descriptions, result.rewards, result.terminations, result.truncations, result.infos, {"stage_id": stage}
+        )
         metrics = self._metrics[mode]
         running = state.running if state.running is not None else result.task_descriptions
         state.running = list(result.task_descriptions)
@@ -272,12 +273,10 @@ class EnvWorker:
         results = list(self._pool.map(reset, range(self.stage_num)))
         parts = []
         for s, r in enumerate(results):
-            stage_obs: dict[str, Any] = dict(r.obs)
-            stage_obs["task_descriptions"] = r.task_descriptions
             stages[s].running = list(r.task_descriptions)
             stages[s].used_ids.update(int(i) for i in np.asarray(state_ids[s * n : (s + 1) * n]))
             z = np.zeros((n, 0))
-            part = create_env_batch_dataproto(stage_obs, z.astype(np.float32), z.astype(bool), z.astype(bool), r.infos)
+            part = env_batch_dataproto(r.obs, r.task_descriptions, z.astype(np.float32), z.astype(bool), z.astype(bool), r.infos)
             part.non_tensor_batch["stage_id"] = np.full(n, s, dtype=np.int64)
             parts.append(part)
         out = DataProto.concat(parts)
@@ -296,10 +295,14 @@ class EnvWorker:
             r = state.manager.reset_some_envs(env_ids, state_ids)
         state.running = list(r.task_descriptions)
         state.used_ids.update(int(i) for i in np.asarray(state_ids))
-        obs: dict[str, Any] = dict(r.obs)
-        obs["task_descriptions"] = r.task_descriptions
         z = np.zeros((self.num_envs, 0))
-        return create_env_batch_dataproto(obs, z.astype(np.float32), z.astype(bool), z.astype(bool), r.infos, {"stage_id": stage_id})
+        return env_batch_dataproto(
+            r.obs, r.task_descriptions, z.astype(np.float32), z.astype(bool), z.astype(bool), r.infos, {"stage_id": stage_id}
+        )
+
+    def observation_spec(self, mode: str = "train") -> ObservationSpec:
+        """The backend's observation spec (name -> ``ArraySpec``): the observation columns of every result."""
+        return dict(self._running_managers(self._mode(mode=mode))[0].obs_spec)
 
     def get_all_state_ids(self, mode: str = "train") -> np.ndarray:
         """Every state id the backend can reset to."""
@@ -311,19 +314,24 @@ class EnvWorker:
 
     def restart_step_result(self, stage_id: int, chunk: int, mode: str = "train") -> DataProto:
         """What a step returns for this worker after the group rebuilt it: the last reset's
-        observations of ``stage_id``, zero rewards, truncation at the last sub-step and
-        ``sim_restarted`` True."""
+        observations of ``stage_id`` (every key of the backend's observation spec), zero
+        rewards, truncation at the last sub-step and ``sim_restarted`` True."""
         last = self._last_reset.get(mode)
         if last is None:
             raise SimulatorStoppedError(f"worker {self.rank}: no reset to report after a restart")
         n = self.num_envs
         part = last.slice(stage_id * n, (stage_id + 1) * n)
         assert part.batch is not None
-        obs: dict[str, Any] = {k: part.batch[k] for k in OBS_KEYS if k in part.batch.keys()}
-        obs["task_descriptions"] = list(part.non_tensor_batch["task_descriptions"])
+        # The spec's keys, not the batch's: the last reset's batch holds its infos beside the observations.
+        spec = self.observation_spec(mode)
+        missing = [k for k in spec if k not in part.batch.keys()]
+        if missing:
+            raise SimulatorStoppedError(f"worker {self.rank}: the last reset of stage {stage_id} lacks observation(s) {missing}")
+        obs = {k: part.batch[k] for k in spec}
         rows = restarted_rows(n, chunk)
         infos = {"sim_restarted": np.ones(n, dtype=bool), "worker_restarted": np.ones(n, dtype=bool)}
-        return create_env_batch_dataproto(obs, rows.rewards, rows.terminations, rows.truncations, infos, {"stage_id": stage_id})
+        descriptions = list(part.non_tensor_batch["task_descriptions"])
+        return env_batch_dataproto(obs, descriptions, rows.rewards, rows.terminations, rows.truncations, infos, {"stage_id": stage_id})
 
     def finish_rollout(self, mode: str = "train") -> dict[str, Any]:
         """Flush videos (``stage_{i}`` subdirectories) and return the rollout's metrics since the last call.
