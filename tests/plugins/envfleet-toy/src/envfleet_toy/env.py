@@ -75,6 +75,9 @@ class ToyEnv(BatchedEnv):
         self._disc = (sy**2 + sx**2) <= r * r
         self._r = r
         self._box_r = max(r, 1) - 1  # the point is a filled square of side 2 * _box_r + 1
+        # World coordinates of each pixel (the full camera's view), for the depth observation.
+        self._px_x = np.broadcast_to(np.linspace(-1.0, 1.0, w)[None, :], (h, w))
+        self._px_y = np.broadcast_to(np.linspace(1.0, -1.0, h)[:, None], (h, w))
         self._closed = False
 
     # ------------------------------------------------------------------ protocol
@@ -221,6 +224,8 @@ class ToyEnv(BatchedEnv):
 
     def _render(self, idx: np.ndarray) -> None:
         wrist = self.obs.get("wrist_image")
+        side = self.obs.get("side_image")
+        depth = self.obs.get("depth")
         for i in idx.tolist():
             px, py = self.pos[i].tolist()
             gx, gy = self.goal[i].tolist()
@@ -230,12 +235,20 @@ class ToyEnv(BatchedEnv):
             if wrist is not None:
                 # A camera riding on the point: the goal seen from the point, twice as close.
                 self._draw(wrist[i], color, (gx, gy), (px, py), (px, py), 2.0)
+            if side is not None:
+                self._draw(side[i], color, (gx, gy), (px, py), (0.0, 0.0), 0.5)
+            if depth is not None:
+                distance = np.hypot(self._px_x - px, self._px_y - py)
+                if depth.dtype == np.uint8:
+                    depth[i] = np.clip(distance * (255.0 / (2 * math.sqrt(2))), 0, 255).astype(np.uint8)
+                else:
+                    depth[i] = distance
             dx, dy = gx - px, gy - py
             self.obs["state"][i] = (px, py, gx, gy, dx, dy, math.hypot(dx, dy), t / max(self.num_tasks, 1))
 
     def _copy_obs(self) -> dict[str, np.ndarray]:
         if self.planted_bug == "black_images":
-            for key in ("full_image", "wrist_image"):
+            for key in ("full_image", "wrist_image", "side_image"):
                 if key in self.obs:
                     self.obs[key][...] = 0
         return self.observations()

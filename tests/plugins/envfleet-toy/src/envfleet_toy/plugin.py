@@ -11,9 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from envfleet.env import ArraySpec, ObservationSpec
+from envfleet.errors import ConfigError
 from envfleet.plugins import BackendRegistry, BackendSpec, hookimpl
 
-__all__ = ["ToyConfig", "observation_spec", "envfleet_register_backends"]
+__all__ = ["DEPTH_DTYPES", "ToyConfig", "observation_spec", "envfleet_register_backends"]
+
+#: What ``train.toy.depth`` takes: "" (no depth observation) or the dtype of ``depth``.
+DEPTH_DTYPES = ("", "uint8", "float32")
 
 
 @dataclass
@@ -32,15 +36,27 @@ class ToyConfig:
     # (Env.observation_spec() disagrees with the registered one) or "render_last_differs".
     planted_bug: str = ""
     frozen: bool = False  # chunk_step simulates nothing and returns the reset's observations again: a zero-cost env (benchmarks)
+    # An extra observation `depth` [H, W]: each pixel's distance to the point; "float32" in
+    # world units, "uint8" scaled to 0..255; "" (default) none. A key outside verl's three.
+    depth: str = ""
+    side_camera: bool = False  # an extra camera `side_image` uint8 [H, W, 3]: the scene from farther away
 
 
 def observation_spec(cfg: Any, num_envs: int) -> ObservationSpec:
-    """``full_image`` (and ``wrist_image`` with two camera names) and an 8-dim ``state``."""
+    """``full_image`` (and ``wrist_image`` with two camera names), an 8-dim ``state``, and
+    ``side_image`` / ``depth`` when ``train.toy.side_camera`` / ``train.toy.depth`` ask for them."""
     h, w = int(cfg.init_params.camera_heights), int(cfg.init_params.camera_widths)
     spec = {"full_image": ArraySpec((h, w, 3), "uint8")}
     if len(cfg.init_params.camera_names) >= 2:
         spec["wrist_image"] = ArraySpec((h, w, 3), "uint8")
     spec["state"] = ArraySpec((8,), "float32")
+    if cfg.toy.side_camera:
+        spec["side_image"] = ArraySpec((h, w, 3), "uint8")
+    depth = str(cfg.toy.depth)
+    if depth not in DEPTH_DTYPES:
+        raise ConfigError(f"train.toy.depth is {depth!r}: expected one of {list(DEPTH_DTYPES)} ('' for no depth observation)")
+    if depth:
+        spec["depth"] = ArraySpec((h, w), depth)
     return spec
 
 
