@@ -66,6 +66,9 @@ class VideoConfig:
     video_base_dir: str = "videos"  # videos go to {video_base_dir}/rank_{rank}/{subdir}/{n}.mp4
     fps: int = 10  # frames per second of the written files
     max_frames: int = 600  # frames kept in memory per stage until flush_video(); older ones are dropped
+    # Observations drawn side by side in each env's tile: camera images (uint8 [H, W, 3]) of
+    # the backend's spec. null: every one, in the spec's order (full_image first where it is).
+    image_keys: list[str] | None = None
 
 
 @dataclass

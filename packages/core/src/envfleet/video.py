@@ -14,9 +14,43 @@ from typing import Any
 
 import numpy as np
 
+from .env import ObservationSpec
 from .errors import ConfigError
 
-__all__ = ["VideoRecorder", "require_video_deps", "tile_frames"]
+__all__ = ["VideoRecorder", "image_keys", "require_video_deps", "side_by_side", "tile_frames"]
+
+
+def _is_image(spec: Any) -> bool:
+    return np.dtype(spec.dtype) == np.uint8 and len(spec.shape) == 3 and spec.shape[-1] == 3
+
+
+def image_keys(spec: ObservationSpec, chosen: Any = None) -> list[str]:
+    """The observations a video draws: ``chosen`` (``video_cfg.image_keys``), or every camera image
+    (uint8 ``[H, W, 3]``) of ``spec`` in its order.
+
+    :raises ConfigError: ``chosen`` names a key the spec lacks or one that is not a camera image.
+    """
+    images = [key for key, arr in spec.items() if _is_image(arr)]
+    if chosen is None:
+        return images
+    keys = [str(k) for k in chosen]
+    wrong = [k for k in keys if k not in images]
+    if wrong or not keys:
+        raise ConfigError(
+            f"train.video_cfg.image_keys is {keys}: {wrong or 'empty'} not among the backend's camera images "
+            f"(uint8 [H, W, 3]) {images}; name some of those, or null for all of them"
+        )
+    return keys
+
+
+def side_by_side(obs: dict[str, np.ndarray], keys: list[str]) -> np.ndarray:
+    """Each env's images of ``keys`` next to each other: ``[n, max H, sum W, 3]`` (shorter ones padded below)."""
+    parts = [obs[key] for key in keys]
+    if len(parts) == 1:
+        return parts[0]
+    height = max(p.shape[1] for p in parts)
+    parts = [p if p.shape[1] == height else np.pad(p, ((0, 0), (0, height - p.shape[1]), (0, 0), (0, 0))) for p in parts]
+    return np.concatenate(parts, axis=2)
 
 
 def require_video_deps() -> None:
@@ -56,10 +90,15 @@ def tile_frames(images: np.ndarray, labels: list[str] | None = None) -> np.ndarr
 
 
 class VideoRecorder:
-    """Collects tiled frames of a stage and writes them as mp4 files in the background."""
+    """Collects tiled frames of a stage and writes them as mp4 files in the background.
 
-    def __init__(self, video_cfg: Any, num_envs: int) -> None:
+    :param obs_spec: the backend's observation spec; the camera images of ``video_cfg.image_keys``
+        (null: all of them) are drawn side by side in each env's tile. Without a spec, ``full_image``.
+    """
+
+    def __init__(self, video_cfg: Any, num_envs: int, obs_spec: ObservationSpec | None = None) -> None:
         require_video_deps()
+        self.keys = image_keys(obs_spec, video_cfg.get("image_keys")) if obs_spec is not None else ["full_image"]
         self.fps = int(video_cfg.fps)
         self.max_frames = int(video_cfg.max_frames)
         self.num_envs = num_envs
@@ -69,10 +108,10 @@ class VideoRecorder:
         self._errors: list[BaseException] = []
 
     def add(self, obs: dict[str, np.ndarray], task_ids: Any, rewards: Any, success: Any) -> None:
-        """Record one frame of every env from ``obs["full_image"]``, labelled with task, reward and success."""
-        images = obs.get("full_image")
-        if images is None:
+        """Record one frame of every env from its camera images, labelled with task, reward and success."""
+        if not self.keys or any(key not in obs for key in self.keys):
             return
+        images = side_by_side(obs, self.keys)
         labels = []
         for i in range(images.shape[0]):
             parts = [f"t{int(task_ids[i])}" if task_ids is not None else f"e{i}"]

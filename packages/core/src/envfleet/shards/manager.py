@@ -104,7 +104,7 @@ class ProcessEnvManager:
         if self.env_cfg.video_cfg.save_video:
             from ..video import VideoRecorder
 
-            self._recorder = VideoRecorder(self.env_cfg.video_cfg, self.num_envs)
+            self._recorder = VideoRecorder(self.env_cfg.video_cfg, self.num_envs, self.obs_spec)
 
     # ------------------------------------------------------------------ properties
     @property
