@@ -26,7 +26,11 @@ The suite runs your backend the way envfleet does (through
   scene moving), ``auto_reset`` (finished envs start the episode a plain reset to
   ``reset_state_id`` gives, and run again), ``ignore_terminations`` (only truncation finishes
   an env), ``flip_images`` (images rotated 180 degrees), ``settle_steps`` (not counted in the
-  episode), ``action_transform`` (it changes what the actions do).
+  episode), ``action_transform`` (it changes what the actions do);
+- where ``envfleet-ray`` is installed, the same backend through an in-process
+  :class:`envfleet_ray.EnvWorker` (one stage, ``worker_num_envs`` envs): every key of the
+  observation spec, whatever its name, reaches the worker's reset and step results and the
+  result it reports after a restart, with its shape and dtype.
 
 The base manager runs with ``train.auto_reset=false`` whatever your config says; the
 ``auto_reset`` test switches it on.
@@ -34,6 +38,8 @@ The base manager runs with ``train.auto_reset=false`` whatever your config says;
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -51,12 +57,14 @@ __all__ = ["EnvConformance"]
 
 
 class EnvConformance:
-    """Subclass with ``config_data`` (and optionally ``config_overrides``, ``sample_size``)."""
+    """Subclass with ``config_data`` (and optionally ``config_overrides``, ``sample_size``, ``worker_num_envs``)."""
 
     config_data: ClassVar[dict[str, Any]] = {}
     config_overrides: ClassVar[list[str]] = []
     sample_size: ClassVar[int] = 4
     action_scale: ClassVar[float] = 0.5
+    #: Envs of the EnvWorker checks (at most the config's): each costs a simulator start.
+    worker_num_envs: ClassVar[int] = 1
 
     # ------------------------------------------------------------------ fixtures
     @pytest.fixture(scope="class")
@@ -99,6 +107,25 @@ class EnvConformance:
         finally:
             mgr.close()
 
+    @pytest.fixture(scope="class")
+    @classmethod
+    def env_worker(cls) -> Iterator[Any]:
+        """An in-process ``envfleet_ray.EnvWorker`` over the config under test: one stage, ``worker_num_envs`` envs, started."""
+        if importlib.util.find_spec("envfleet_ray") is None:
+            pytest.skip("envfleet-ray is not installed here: the EnvWorker checks run where it is (pip install envfleet-ray)")
+        # Imported by name at run time: core does not depend on the Ray worker (import-linter checks it).
+        worker_module = importlib.import_module("envfleet_ray.worker")
+        probe = load_config(data=cls.config_data, overrides=cls._overrides())
+        n = max(1, min(int(probe.train.num_envs), cls.worker_num_envs))
+        cfg = load_config(data=cls.config_data, overrides=cls._overrides("rollout.pipeline_stage_num=1", f"train.num_envs={n}"))
+        worker = worker_module.EnvWorker(cfg)
+        try:
+            worker.init_worker()
+            worker.init_simulator()
+            yield worker
+        finally:
+            worker.close()
+
     # ------------------------------------------------------------------ helpers
     def _ids(self, mgr: ProcessEnvManager, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
         ids = mgr.get_all_state_ids()
@@ -119,6 +146,17 @@ class EnvConformance:
         for key in ("full_image", "wrist_image"):
             if key in obs:
                 assert obs[key].dtype == np.uint8 and obs[key].shape[-1] == 3
+
+    @staticmethod
+    def _check_worker_batch(worker: Any, out: Any, when: str) -> None:
+        """Every key of the worker's observation spec is a column of ``out`` with ``[n, *shape]`` and its dtype."""
+        spec = worker.observation_spec()
+        keys = sorted(str(k) for k in out.batch.keys())
+        for key, arr in spec.items():
+            assert key in keys, f"{when}: observation {key!r} of the spec is not in the EnvWorker's result (it has {keys})"
+            value = out.batch[key].cpu().numpy()
+            assert value.shape == (worker.num_envs, *arr.shape), f"{when}: {key!r} has shape {value.shape}"
+            assert value.dtype == np.dtype(arr.dtype), f"{when}: {key!r} has dtype {value.dtype}, the spec says {arr.dtype}"
 
     # ------------------------------------------------------------------ tests
     def test_state_ids_are_int64_and_unique(self, manager: ProcessEnvManager) -> None:
@@ -249,12 +287,39 @@ class EnvConformance:
         out = manager.chunk_step(good)
         self._check_obs(manager, out.obs)
 
+    def test_env_worker_results_have_every_observation(self, manager: ProcessEnvManager, env_worker: Any) -> None:
+        """Through an EnvWorker, reset and step results carry every observation of the spec, with its shape and dtype."""
+        from .dataproto import DataProto
+
+        n = env_worker.num_envs
+        ids = np.resize(env_worker.get_all_state_ids()[:1], n)
+        reset = env_worker.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": ids}))
+        self._check_worker_batch(env_worker, reset, "reset_envs_to_state_ids")
+        rng = np.random.default_rng(13)
+        actions = (rng.uniform(-1, 1, size=(n, manager.chunk, manager.action_dim)) * self.action_scale).astype(np.float32)
+        step = env_worker.env_interact_step(DataProto.from_dict(non_tensors={"actions": actions}, meta_info={"stage_id": 0}))
+        self._check_worker_batch(env_worker, step, "env_interact_step")
+        assert step.batch["rews"].shape == (n, actions.shape[1]), "the step's rewards are not [n, chunk]"
+
+    def test_env_worker_restart_result_has_every_observation(self, manager: ProcessEnvManager, env_worker: Any) -> None:
+        """What a rebuilt EnvWorker reports for a step: the last reset's observations, every key of the spec."""
+        from .dataproto import DataProto
+
+        ids = np.resize(env_worker.get_all_state_ids()[:1], env_worker.num_envs)
+        reset = env_worker.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": ids}))
+        out = env_worker.restart_step_result(0, manager.chunk)
+        self._check_worker_batch(env_worker, out, "restart_step_result")
+        for key in env_worker.observation_spec():
+            np.testing.assert_array_equal(out.batch[key].numpy(), reset.batch[key].numpy(), err_msg=f"{key!r} is not the last reset's")
+        assert out.batch["truncations"][:, -1].all() and out.batch["sim_restarted"].all()
+
     def test_images_are_rendered_scenes(self, manager: ProcessEnvManager) -> None:
         """No env's image is one flat colour (an all-black buffer is a renderer that drew nothing)."""
         state_ids, task_ids = self._ids(manager)
         first = manager.reset_envs_to_state_ids(state_ids, task_ids)
         step = manager.chunk_step(self._actions(manager, 6))
-        keys = [k for k in ("full_image", "wrist_image") if k in manager.obs_spec]
+        # Every camera image of the spec (uint8 [H, W, 3]), whatever its name.
+        keys = [k for k, s in manager.obs_spec.items() if np.dtype(s.dtype) == np.uint8 and len(s.shape) == 3 and s.shape[-1] == 3]
         for when, obs in (("reset", first.obs), ("chunk_step", step.obs)):
             for key in keys:
                 for i in range(manager.num_envs):
