@@ -26,6 +26,7 @@ This is the only module of envfleet that imports verl-vla, and only for
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(f"envfleet_ray.verl_vla needs verl 0.7.1's single controller and DataProto ({exc}): pip install verl==0.7.1") from exc
 
-__all__ = ["EnvWorker", "MESH", "use_envfleet", "dispatch_reset_env", "dispatch_env_interact_step", "collect_env"]
+__all__ = ["EnvWorker", "MESH", "extra_observations", "use_envfleet", "dispatch_reset_env", "dispatch_env_interact_step", "collect_env"]
 
 MESH = "env"  # the dispatch mesh of the data methods, as in verl-vla's env worker
 _FLEET_MODE = {"train": "train", "eval": "val"}  # verl-vla's mode names -> envfleet's
@@ -72,6 +73,25 @@ def dispatch_env_interact_step(worker_group: Any, *args: Any, **kwargs: Any) -> 
 def collect_env(worker_group: Any, *args: Any, **kwargs: Any) -> Any:
     """The workers' DataProtos concatenated, worker by worker."""
     return make_nd_compute_dataproto_dispatch_fn(MESH)["collect_fn"](worker_group, *args, **kwargs)
+
+
+def extra_observations(spec: Mapping[str, Any], batch: Any) -> dict[str, Any]:
+    """The backend's observations beyond verl-vla's three, in LeRobot's naming: a camera image
+    (uint8 ``[H, W, 3]``) ``key`` as ``observation.images.<key>``, any other array as
+    ``observation.<key>``, each with its shape and dtype."""
+    out: dict[str, Any] = {}
+    for key, arr in spec.items():
+        if key in ("full_image", "wrist_image", "state"):
+            continue
+        image = np.dtype(arr.dtype) == np.uint8 and len(arr.shape) == 3 and arr.shape[-1] == 3
+        name = f"observation.images.{key}" if image else f"observation.{key}"
+        if name in ("observation.images.image", "observation.images.wrist_image", "observation.state"):
+            raise InvalidInputError(
+                f"the backend's observation {key!r} would become verl-vla's {name!r}, which full_image, wrist_image or state fills: "
+                "the backend must name it otherwise"
+            )
+        out[name] = batch[key]
+    return out
 
 
 _DATA = {"dispatch_fn": dispatch_reset_env, "collect_fn": collect_env}
@@ -144,7 +164,8 @@ class EnvWorker(Worker):  # type: ignore[misc]
         """Reset every stage to states the env chooses; rows stage by stage.
 
         Keys: ``observation.images.image``, ``observation.images.wrist_image`` (when the
-        backend has one), ``observation.state``; non-tensors ``task``, ``task_id``,
+        backend has one), ``observation.state``, and the backend's other observations
+        (:func:`extra_observations`); non-tensors ``task``, ``task_id``,
         ``eval_episode_id`` (the benchmark case, -1 in train).
         """
         return await asyncio.to_thread(self._reset_env, data)
@@ -264,6 +285,7 @@ class EnvWorker(Worker):  # type: ignore[misc]
         if "wrist_image" in batch.keys():
             tensors["observation.images.wrist_image"] = batch["wrist_image"]
         tensors["observation.state"] = batch["state"].to(self.settings.state_dtype)
+        tensors.update(extra_observations(self.worker.observation_spec(_FLEET_MODE[mode]), batch))
         rows = self._rows[(mode, stage)]
         plan = self._plans[(mode, stage)]
         cases = plan.case_of(rows) if mode == "eval" else np.full(len(rows), -1, dtype=np.int64)
