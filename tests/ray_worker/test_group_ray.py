@@ -22,7 +22,8 @@ W, S, N, CHUNK = 2, 2, 2, 4
 
 
 def cfg(**extra: object):
-    return toy_cfg(N, CHUNK, S, "train.max_episode_steps=8", *[f"{k}={v}" for k, v in extra.items()])
+    # depth: an observation outside verl's three, which must reach the group and survive a restart.
+    return toy_cfg(N, CHUNK, S, "train.max_episode_steps=8", "train.toy.depth=float32", *[f"{k}={v}" for k, v in extra.items()])
 
 
 @pytest.fixture
@@ -104,6 +105,7 @@ def test_killed_actor_is_recreated_with_max_restarts(group) -> None:
     assert out.batch["rews"][:2].abs().sum() == 0
     assert out.batch["state_id"][:2].tolist() == [0, 0] or out.batch["full_image"].shape[0] == 4
     assert group.restarts == 1 and group.node_info()[0]["pid"] != victim
+    assert out.batch["depth"].shape == (W * N, 64, 64) and out.batch["depth"][:2].abs().sum() > 0  # the rebuilt worker's too
     nxt = step(group, 0).get()
     assert not nxt.batch["sim_restarted"].any()
     assert nxt.batch["state_id"].tolist() == [0, 1, 4, 5]  # the rebuilt worker was reset to its last state ids

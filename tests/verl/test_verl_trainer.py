@@ -26,6 +26,7 @@ TOY = {
     "num_envs": N,
     "max_episode_steps": 16,
     "init_params": {"camera_depths": False, "camera_heights": 32, "camera_widths": 32, "camera_names": ["table", "wrist"]},
+    "toy": {"depth": "float32"},  # an observation outside verl's three: it travels beside them
 }
 
 
@@ -75,6 +76,18 @@ def test_envloop_order(roles) -> None:
     metrics = env_wg.finish_rollout()
     assert [m["rank"] for m in metrics] == list(range(W))
     assert all(m["chunks"] == 3 * S and m["env_steps"] == 3 * S * N * CHUNK for m in metrics)
+
+
+def test_an_extra_observation_travels_through_verls_dispatch(roles) -> None:
+    """The toy's ``depth`` comes back from reset and step through verl's RayWorkerGroup, concatenated worker-major."""
+    env_wg, _ = roles
+    first = reset(env_wg, np.arange(W * S * N))
+    assert tuple(first.batch["depth"].shape) == (W * S * N, 32, 32) and first.batch["depth"].dtype == torch.float32
+    step = DataProto.from_dict(non_tensors={"actions": np.ones((W * N, CHUNK, 7), np.float32)}, meta_info={"stage_id": 1})
+    out = env_wg.env_interact_step(step).get()
+    assert tuple(out.batch["depth"].shape) == (W * N, 32, 32)
+    # Rows 2-3 of the reset are worker 0's stage 1: the point moved, so its depth changed.
+    assert not torch.equal(out.batch["depth"][:N], first.batch["depth"][N : 2 * N])
 
 
 def test_stages_overlap(local_ray) -> None:

@@ -49,7 +49,8 @@ def env_config(auto_reset: bool, chunk: int, interactions: int, horizon: int, **
                 "envfleet": {
                     "max_episode_steps": horizon,
                     "init_params": {"camera_heights": 32, "camera_widths": 32, "camera_names": ["table", "wrist"]},
-                    "toy": {"num_tasks": TASKS, "states_per_task": TRIALS, "envs_per_process": 2},
+                    # depth and side_image: observations outside verl-vla's three, passed through in LeRobot's naming.
+                    "toy": {"num_tasks": TASKS, "states_per_task": TRIALS, "envs_per_process": 2, "depth": "float32", "side_camera": True},
                 },
                 **simulator,
             },
@@ -85,6 +86,8 @@ def check_step_keys(out: Rollout, chunk: int) -> None:
         ("observation.images.image", (32, 32, 3), torch.uint8),
         ("observation.images.wrist_image", (32, 32, 3), torch.uint8),
         ("observation.state", (8,), torch.float32),
+        ("observation.images.side_image", (32, 32, 3), torch.uint8),
+        ("observation.depth", (32, 32), torch.float32),
     ]:
         assert tuple(reset.batch[key].shape[1:]) == shape and reset.batch[key].dtype == dtype, key
     assert reset.non_tensor_batch["task"].dtype == object and reset.non_tensor_batch["task_id"].dtype == np.int64
@@ -94,7 +97,13 @@ def check_step_keys(out: Rollout, chunk: int) -> None:
             r = st.result
             n = len(st.obs)
             assert n == W * N
-            for key in ("obs.observation.images.image", "obs.observation.images.wrist_image", "obs.observation.state"):
+            for key in (
+                "obs.observation.images.image",
+                "obs.observation.images.wrist_image",
+                "obs.observation.state",
+                "obs.observation.images.side_image",
+                "obs.observation.depth",
+            ):
                 assert r.batch[key].shape[0] == n and r.batch[key].dtype == reset.batch[key[4:]].dtype, key
             for key, dtype in [
                 ("next.reward", torch.float32),
