@@ -17,8 +17,8 @@ nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = [
     "lint",
-    "typecheck",
     "tests",
+    "typecheck",
     "tests-core",
     "tests-verl",
     "tests-verl-vla",
@@ -63,6 +63,23 @@ def _install_project(session: nox.Session, extra: list[str] | None = None, lock:
     for path in [*PACKAGES, *TEST_PLUGINS, *(extra or [])]:
         args += ["-e", path]
     session.install("--no-deps", *args)
+
+
+def _shared_venv(session: nox.Session, owner: str, lock: str) -> str:
+    """The python of session `owner`'s venv, for a session that runs in it (`venv_backend="none"`).
+    Sessions that run later in the default list find it built; run alone, this builds it as `owner`
+    would (virtualenv, so that nox reuses it for `owner` too)."""
+    venv = os.path.join(os.getcwd(), ".nox", owner)
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        session.run("python3.11", "-m", "virtualenv", "-q", venv, external=True)
+        no_deps = ["--no-deps"] if lock in (VERL_LOCK, VERL_VLA_LOCK) else []
+        session.run(python, "-m", "pip", "install", "-q", *no_deps, "-r", lock, external=True)
+        args = []
+        for path in [*PACKAGES, *TEST_PLUGINS]:
+            args += ["-e", path]
+        session.run(python, "-m", "pip", "install", "-q", "--no-deps", *args, external=True)
+    return python
 
 
 @nox.session(python=PY311)
@@ -114,17 +131,8 @@ def tests_verl(session: nox.Session) -> None:
 @nox.session(name="tests-torchrl", venv_backend="none")
 def tests_torchrl(session: nox.Session) -> None:
     """The TorchRL face (torchrl 0.10.1) in tests-verl's venv: verl's lock holds torchrl too, since both
-    cap tensordict at 0.10 (tests-verl runs core's tests on that lock). Runs after tests-verl; builds
-    the venv the same way when it is missing."""
-    venv = os.path.join(os.getcwd(), ".nox", "tests-verl")
-    python = os.path.join(venv, "bin", "python")
-    if not os.path.exists(python):
-        session.run("python3.11", "-m", "venv", venv, external=True)
-        session.run(python, "-m", "pip", "install", "-q", "--no-deps", "-r", VERL_LOCK, external=True)
-        args = []
-        for path in [*PACKAGES, *TEST_PLUGINS]:
-            args += ["-e", path]
-        session.run(python, "-m", "pip", "install", "-q", "--no-deps", *args, external=True)
+    cap tensordict at 0.10. Runs after tests-verl; builds the venv the same way when it is missing."""
+    python = _shared_venv(session, "tests-verl", VERL_LOCK)
     args = session.posargs or ["tests/torchrl"]
     session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV, external=True)
 
@@ -217,12 +225,14 @@ def lint(session: nox.Session) -> None:
     session.run("lint-imports", env={"PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in sources)})
 
 
-@nox.session(python=PY311)
+@nox.session(venv_backend="none")
 def typecheck(session: nox.Session) -> None:
-    """mypy on the packages."""
-    _install_project(session)
-    session.install("-r", "requirements/lint.txt")
+    """mypy on the packages, in the tests session's venv (the same lock; one venv less to build)."""
+    python = _shared_venv(session, "tests", "requirements/py311.txt")
+    session.run(python, "-m", "pip", "install", "-q", "-r", "requirements/lint.txt", external=True)
     session.run(
+        python,
+        "-m",
         "mypy",
         "packages/core/src/envfleet",
         "packages/ray-worker/src/envfleet_ray",
@@ -230,6 +240,7 @@ def typecheck(session: nox.Session) -> None:
         "packages/backend-isaac/src/envfleet_isaac",
         "packages/backend-metaworld/src/envfleet_metaworld",
         "packages/backend-maniskill/src/envfleet_maniskill",
+        external=True,
     )
 
 
