@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import gc
+import glob
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -261,10 +263,12 @@ def test_no_leak_after_close(no_leaks) -> None:
     mgr = ProcessEnvManager(make_cfg())
     mgr.start_simulator()
     pids = mgr.shard_pids()
-    assert len(shm_segments() - before) == 4
+    logs = mgr._shard_set.log_dir
+    assert len(shm_segments() - before) == 4 and os.path.isdir(logs)
     mgr.close()
     assert shm_segments() == before
     assert not any(pid_alive(p) for p in pids)
+    assert not os.path.exists(logs)
 
 
 def test_no_leak_after_gc_without_close(no_leaks) -> None:
@@ -300,6 +304,8 @@ def test_no_leak_after_parent_sigkill() -> None:
         pids = [int(p) for p in parent.stdout.readline().split()]
         assert len(pids) == 3 and all(pid_alive(p) for p in pids)
         assert len(parent_segments()) == 3
+        logs = os.path.join(tempfile.gettempdir(), f"envfleet_logs_{parent.pid}_*")
+        assert len(glob.glob(logs)) == 1
         parent.kill()
         parent.wait()
         deadline = time.time() + 15
@@ -307,6 +313,9 @@ def test_no_leak_after_parent_sigkill() -> None:
             time.sleep(0.1)
         assert not [p for p in pids if pid_alive(p)], "shard processes outlived their parent"
         assert not parent_segments(), "shared memory outlived its owner"
+        while time.time() < deadline and glob.glob(logs):
+            time.sleep(0.1)
+        assert not glob.glob(logs), "the shards' log directory outlived its owner"
     finally:
         parent.kill()
 

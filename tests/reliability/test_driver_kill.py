@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -57,6 +59,10 @@ def test_driver_sigkilled_mid_rollout_leaves_nothing(tmp_path) -> None:
         report.faults_injected = 1
         # The project's own processes go without Ray's help: actors die with their owner, shards with their parent.
         check_leaks(report, pids["actors"] + pids["shards"], before_shm, wait_s=30)
+        patterns = [os.path.join(tempfile.gettempdir(), f"envfleet_logs_{pid}_*") for pid in pids["actors"]]
+        deadline = time.time() + 10
+        while (logs := [d for pattern in patterns for d in glob.glob(pattern)]) and time.time() < deadline:
+            time.sleep(0.2)
     finally:
         driver.kill()
         # Ray's own cluster, started by the killed driver, is shut down by the test.
@@ -69,6 +75,7 @@ def test_driver_sigkilled_mid_rollout_leaves_nothing(tmp_path) -> None:
     report.save()
     assert report.leaked_processes == 0, "EnvWorker or shard processes outlived the killed driver"
     assert report.leaked_segments == 0, "shared memory outlived the killed driver"
+    assert not logs, f"the shards' log directories outlived the killed driver: {logs}"
     time.sleep(1.0)
     leftover = [p for p in ray_pids() - before_ray if pid_alive(p)]
     assert not leftover, f"Ray processes of the killed driver remain: {leftover}"

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import janitor
 from .messages import Argument, Command, ErrorKind, InitRequest, Outcome, RemoteError, Reply
 from .shm import ShmBlock, ShmLayout
 from .wire import Channel, Layout, layout_of
@@ -260,10 +261,15 @@ class ShardSet:
 
     def __init__(self) -> None:
         self.shards: list[ShardHandle] = []
-        self.log_dir = tempfile.mkdtemp(prefix="envfleet_logs_")
+        # The owner's pid in the name, as in the segments' names: whoever looks for leftovers can tell whose
+        # they are. The janitor removes the directory if this process is killed before cleanup().
+        self.log_dir = tempfile.mkdtemp(prefix=f"envfleet_logs_{os.getpid()}_")
+        janitor.register_dir(self.log_dir)
 
     def cleanup(self) -> None:
         """Free every shard and remove the logs."""
         for shard in self.shards:
             shard.free()
-        shutil.rmtree(self.log_dir, ignore_errors=True)
+        if os.path.isdir(self.log_dir):
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+            janitor.unregister_dir(self.log_dir)

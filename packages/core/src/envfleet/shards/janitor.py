@@ -1,4 +1,5 @@
-"""The janitor: unlinks an owner's shared-memory segments when the owner dies, however it dies.
+"""The janitor: unlinks an owner's shared-memory segments, and removes its log directories,
+when the owner dies, however it dies.
 
 Python's own resource tracker is a child of the owner, and Ray kills a worker's
 child processes when the worker goes (for example when its driver is killed), so
@@ -6,7 +7,8 @@ the tracker dies before it can clean up. The janitor is detached instead: a
 double-forked process in its own session, holding the read end of a pipe. The
 owner writes ``+name`` / ``-name`` lines as it creates and unlinks segments; when
 the pipe reports EOF (the owner exited or was killed), the janitor unlinks what is
-still registered and exits.
+still registered and exits. A directory is registered the same way by its absolute
+path (``+/tmp/envfleet_logs_...``); segment names never start with ``/``.
 
 One janitor per owner process, started on first use.
 """
@@ -18,7 +20,7 @@ import subprocess
 import sys
 import threading
 
-__all__ = ["register", "unregister", "main"]
+__all__ = ["register", "unregister", "register_dir", "unregister_dir", "main"]
 
 _lock = threading.Lock()
 _state: dict[str, int] = {}  # "pid" -> owner pid the janitor serves, "fd" -> write end
@@ -70,7 +72,22 @@ def unregister(name: str) -> None:
     _send("-" + name)
 
 
+def register_dir(path: str) -> None:
+    """Ask the janitor to remove directory ``path`` if this process dies before unregistering it."""
+    _send("+" + os.path.abspath(path))
+
+
+def unregister_dir(path: str) -> None:
+    """``path`` was removed by its owner; forget it."""
+    _send("-" + os.path.abspath(path))
+
+
 def _unlink(name: str) -> None:
+    if name.startswith("/"):
+        import shutil  # only on this path: the janitor starts with as little as it can
+
+        shutil.rmtree(name, ignore_errors=True)
+        return
     try:
         import _posixshmem  # noqa: PLC2701 (the stdlib module SharedMemory itself uses)
 
