@@ -18,99 +18,44 @@ another env's state.
 
 from __future__ import annotations
 
-import os
+import functools
 from typing import Any
 
 import numpy as np
 import pytest
 
 from envfleet import ProcessEnvManager
-from envfleet.config import load_config
+
+from .reference import Reference, libero_cfg, random_actions, run_alone
 
 SEED = 42
 SETTLE = 10
 CHUNK = 8
 SIZE = 128
-CAMERAS = ["agentview", "robot0_eye_in_hand"]
 # (suite, [(task, trial), ...]); within a suite the pairs run in order on one env, so the
 # second spatial pair reuses the env built for the first (same task, soft reset).
 PAIRS = [("libero_spatial", [(0, 0), (0, 7)]), ("libero_10", [(9, 2)])]
+# (suite, [(task, trial), ...]): the envs of one shared process, each with its own actions.
+# libero_spatial tasks 0 and 1 compile the same XML with other fixture placements;
+# libero_10 task 3 has a drawer, task 9 a microwave.
+DENSE = [("libero_spatial", [(0, 0), (0, 7), (1, 3), (0, 0)]), ("libero_10", [(9, 2), (3, 0), (9, 5), (9, 2)])]
 
 
-def _libero() -> Any:
-    """LIBERO's benchmark and env modules, with the GL platform chosen first."""
-    from envfleet_libero.gl import configure_gl
-
-    configure_gl(os.environ.get("MUJOCO_GL", "egl"))
-    from libero.libero import benchmark
-    from libero.libero.envs import OffScreenRenderEnv
-
-    return benchmark, OffScreenRenderEnv
+def _seed(suite: str, task: int, trial: int) -> int:
+    """The actions' seed of (task, trial): the first dense env holding it, so both tests share a reference."""
+    j = next(j for s, envs in DENSE if s == suite for j, env in enumerate(envs) if env == (task, trial))
+    return 7919 * j + 1000 * task + trial
 
 
-def _actions(seed: int) -> np.ndarray:
-    """Two chunks of fixed random actions that move the arm: [2, CHUNK, 7] float32."""
-    rng = np.random.default_rng(seed)
-    arm = rng.uniform(-1.0, 1.0, size=(2, CHUNK, 6))
-    gripper = np.sign(rng.uniform(-1.0, 1.0, size=(2, CHUNK, 1)))
-    return np.concatenate([arm, gripper], axis=-1).astype(np.float32)
+@functools.cache
+def _reference(suite: str, task: int, trial: int, seed: int) -> tuple[Reference, np.ndarray]:
+    """LIBERO's own env alone on two chunks of random actions from ``seed`` (computed once per module)."""
+    actions = random_actions(seed, 2, CHUNK)
+    return run_alone(suite, task, trial, actions, seed=SEED, settle=SETTLE, size=SIZE), actions
 
 
-def _state8(obs: dict[str, np.ndarray]) -> np.ndarray:
-    from robosuite.utils import transform_utils as T
-
-    quat = np.array(obs["robot0_eef_quat"], copy=True)  # xyzw; quat2axisangle edits its input
-    return np.concatenate([obs["robot0_eef_pos"], T.quat2axisangle(quat), obs["robot0_gripper_qpos"]]).astype(np.float32)
-
-
-def _frame(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {
-        "full_image": obs["agentview_image"][::-1, ::-1].copy(),
-        "wrist_image": obs["robot0_eye_in_hand_image"][::-1, ::-1].copy(),
-        "state": _state8(obs),
-    }
-
-
-def _reference(suite: str, task: int, trial: int, actions: np.ndarray) -> tuple[list[dict[str, np.ndarray]], str, int]:
-    """LIBERO's own env, this test's protocol: frames after settling and after each chunk."""
-    benchmark, OffScreenRenderEnv = _libero()
-    bench = benchmark.get_benchmark_dict()[suite]()
-    init_states = bench.get_task_init_states(task)
-    first_id = sum(len(bench.get_task_init_states(t)) for t in range(task))
-    env = OffScreenRenderEnv(
-        bddl_file_name=bench.get_task_bddl_file_path(task), camera_heights=SIZE, camera_widths=SIZE, camera_names=CAMERAS
-    )
-    try:
-        env.seed(SEED)
-        env.reset()
-        obs = env.set_init_state(init_states[trial])
-        for _ in range(SETTLE):
-            obs, _, _, _ = env.step([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0])
-        frames = [_frame(obs)]
-        for chunk in actions:
-            for action in chunk:
-                obs, _, _, _ = env.step(action.astype(np.float64))
-            frames.append(_frame(obs))
-    finally:
-        env.close()
-    return frames, bench.get_task(task).language, first_id + trial
-
-
-def _config(suite: str, num_envs: int) -> Any:
-    return load_config(
-        data={
-            "train": {
-                "simulator_type": "libero",
-                "task_suite_name": suite,
-                "num_envs": num_envs,
-                "seed": SEED,
-                "settle_steps": SETTLE,
-                "render": "last",
-                "init_params": {"camera_heights": SIZE, "camera_widths": SIZE, "camera_names": CAMERAS},
-            },
-            "actor": {"model": {"num_action_chunks": CHUNK, "action_dim": 7}},
-        }
-    )
+def _config(suite: str, num_envs: int, **libero: Any) -> Any:
+    return libero_cfg(suite, num_envs, seed=SEED, settle=SETTLE, size=SIZE, chunk=CHUNK, **libero)
 
 
 def _backend(suite: str, state_ids: list[int], actions: dict[int, np.ndarray]) -> dict[int, tuple[list[dict[str, np.ndarray]], str]]:
@@ -132,33 +77,27 @@ def _backend(suite: str, state_ids: list[int], actions: dict[int, np.ndarray]) -
 def test_backend_matches_libero_bit_for_bit(suite: str, pairs: list[tuple[int, int]], no_leaks: None) -> None:
     references = {}
     for task, trial in pairs:
-        actions = _actions(1000 * task + trial)
-        frames, language, sid = _reference(suite, task, trial, actions)
-        references[sid] = (frames, language, actions, (task, trial))
-    ours = _backend(suite, list(references), {sid: ref[2] for sid, ref in references.items()})
-    for sid, (ref_frames, language, _, (task, trial)) in references.items():
+        ref, actions = _reference(suite, task, trial, _seed(suite, task, trial))
+        references[ref.state_id] = (ref, actions, (task, trial))
+    ours = _backend(suite, list(references), {sid: r[1] for sid, r in references.items()})
+    for sid, (ref, _, (task, trial)) in references.items():
         frames, description = ours[sid]
-        assert description == language
-        moved = np.abs(ref_frames[-1]["state"][:3] - ref_frames[0]["state"][:3]).max()
+        assert description == ref.language
+        moved = np.abs(ref.frames[-1]["state"][:3] - ref.frames[0]["state"][:3]).max()
         assert moved > 0.01, f"the arm barely moved ({moved:.4f} m): the check would be weak"
-        for j, (mine, ref) in enumerate(zip(frames, ref_frames)):
+        for j, (mine, theirs) in enumerate(zip(frames, ref.frames, strict=True)):
             when = "after the reset" if j == 0 else f"after chunk {j}"
             for key in ("full_image", "wrist_image", "state"):
-                assert mine[key].dtype == ref[key].dtype
+                assert mine[key].dtype == theirs[key].dtype
                 np.testing.assert_array_equal(
-                    mine[key], ref[key], err_msg=f"{suite} task {task} trial {trial} (state id {sid}): {key} differs {when}"
+                    mine[key], theirs[key], err_msg=f"{suite} task {task} trial {trial} (state id {sid}): {key} differs {when}"
                 )
-
-
-# (suite, [(task, trial), ...]): the envs of one shared process, each with its own actions.
-# libero_spatial tasks 0 and 1 compile the same XML with other fixture placements;
-# libero_10 task 3 has a drawer, task 9 a microwave.
-DENSE = [("libero_spatial", [(0, 0), (0, 7), (1, 3), (0, 0)]), ("libero_10", [(9, 2), (3, 0), (9, 5), (9, 2)])]
 
 
 def _run_dense(suite: str, rounds: list[tuple[list[int], np.ndarray]]) -> list[list[list[dict[str, np.ndarray]]]]:
     """One process holding all envs; per round a reset to the state ids, then the chunks."""
-    cfg = _config(suite, len(rounds[0][0]))
+    n = len(rounds[0][0])
+    cfg = _config(suite, n, envs_per_process=n)
     out = []
     with ProcessEnvManager(cfg) as mgr:
         assert mgr.num_shards == 1, "the envs must share one process"
@@ -178,9 +117,8 @@ def _run_dense(suite: str, rounds: list[tuple[list[int], np.ndarray]]) -> list[l
 def test_envs_sharing_a_process_each_match_libero_alone(suite: str, envs: list[tuple[int, int]], no_leaks: None) -> None:
     refs = []
     for j, (task, trial) in enumerate(envs):
-        actions = _actions(7919 * j + 1000 * task + trial)
-        frames, _, sid = _reference(suite, task, trial, actions)
-        refs.append((sid, actions, frames))
+        ref, actions = _reference(suite, task, trial, 7919 * j + 1000 * task + trial)
+        refs.append((ref.state_id, actions, ref.frames))
     n = len(envs)
     # Round 1 builds every env; round 2 moves env i onto env i+1's reference (another
     # trial or another task: a soft reset or a rebuild on a scene the process holds).

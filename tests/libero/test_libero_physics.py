@@ -21,7 +21,6 @@ context current, so it cannot share a process with another one.
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -29,91 +28,26 @@ from typing import Any
 import numpy as np
 import pytest
 
-from envfleet.config import load_config
 from envfleet.errors import ConfigError
+
+from .reference import Reference, integration_state, libero_cfg, random_actions, run_alone, suite_bench
 
 SEED = 42
 SETTLE = 4
 CHUNK = 4
 CHUNKS = 3
 SIZE = 128
-CAMERAS = ["agentview", "robot0_eye_in_hand"]
 # (suite, task, [trial of env 0, trial of env 1])
 CASES = [("libero_spatial", 4, [0, 3]), ("libero_object", 0, [0, 5]), ("libero_goal", 7, [0, 2]), ("libero_10", 9, [2, 5])]
 
 
-def _actions(seed: int) -> np.ndarray:
-    """CHUNKS chunks of random actions that move the arm: [CHUNKS, CHUNK, 7] float32."""
-    rng = np.random.default_rng(seed)
-    arm = rng.uniform(-1.0, 1.0, size=(CHUNKS, CHUNK, 6))
-    gripper = np.sign(rng.uniform(-1.0, 1.0, size=(CHUNKS, CHUNK, 1)))
-    return np.concatenate([arm, gripper], axis=-1).astype(np.float32)
-
-
-def _integration_state(sim: Any) -> np.ndarray:
-    import mujoco
-
-    model, data = sim.model._model, sim.data._data
-    what = mujoco.mjtState.mjSTATE_INTEGRATION
-    out = np.empty(mujoco.mj_stateSize(model, what), dtype=np.float64)
-    mujoco.mj_getState(model, data, out, what)
-    return out
-
-
-def _frame(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    from envfleet_libero.env import make_state8
-
-    return {
-        "full_image": obs["agentview_image"][::-1, ::-1].copy(),
-        "wrist_image": obs["robot0_eye_in_hand_image"][::-1, ::-1].copy(),
-        "state": make_state8(obs),
-    }
-
-
-def run_libero_alone(suite: str, task: int, trial: int, actions: np.ndarray) -> dict[str, Any]:
-    """In a child: LIBERO's own env, frames after settling and after each chunk, and the final MuJoCo state."""
-    from envfleet_libero.gl import configure_gl
-
-    configure_gl(os.environ.get("MUJOCO_GL", "egl"))
-    from libero.libero import benchmark
-    from libero.libero.envs import OffScreenRenderEnv
-
-    bench = benchmark.get_benchmark_dict()[suite]()
-    env = OffScreenRenderEnv(
-        bddl_file_name=bench.get_task_bddl_file_path(task), camera_heights=SIZE, camera_widths=SIZE, camera_names=CAMERAS
-    )
-    try:
-        env.seed(SEED)
-        env.reset()
-        obs = env.set_init_state(bench.get_task_init_states(task)[trial])
-        for _ in range(SETTLE):
-            obs, _, _, _ = env.step([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0])
-        frames = [_frame(obs)]
-        for chunk in actions:
-            for action in chunk:
-                obs, _, _, _ = env.step(action.astype(np.float64))
-            frames.append(_frame(obs))
-        return {"frames": frames, "mj_state": _integration_state(env.env.sim)}
-    finally:
-        env.close()
+def run_libero_alone(suite: str, task: int, trial: int, actions: np.ndarray) -> Reference:
+    """In a child: LIBERO's own env alone (tests/libero/reference.py's protocol)."""
+    return run_alone(suite, task, trial, actions, seed=SEED, settle=SETTLE, size=SIZE)
 
 
 def _cfg(suite: str, num_envs: int, physics: Any = "fast") -> Any:
-    return load_config(
-        data={
-            "train": {
-                "simulator_type": "libero",
-                "task_suite_name": suite,
-                "num_envs": num_envs,
-                "seed": SEED,
-                "settle_steps": SETTLE,
-                "render": "last",
-                "init_params": {"camera_heights": SIZE, "camera_widths": SIZE, "camera_names": CAMERAS},
-                "libero": {"physics": physics},
-            },
-            "actor": {"model": {"num_action_chunks": CHUNK, "action_dim": 7}},
-        }
-    )
+    return libero_cfg(suite, num_envs, seed=SEED, settle=SETTLE, size=SIZE, chunk=CHUNK, physics=physics)
 
 
 def run_backend(suite: str, state_ids: list[int], actions: np.ndarray) -> dict[str, Any]:
@@ -134,7 +68,7 @@ def run_backend(suite: str, state_ids: list[int], actions: np.ndarray) -> dict[s
         sims = [sim for sim in env.sims if sim is not None]
         out = {
             "frames": frames,
-            "mj_state": [_integration_state(sim.renv.sim) for sim in sims],
+            "mj_state": [integration_state(sim.renv.sim) for sim in sims],
             "fast": [sim._fast is not None for sim in sims],
             "one_scene": all(sim.scene is sims[0].scene for sim in sims),
             "renderer": env.renderer_info(),
@@ -162,24 +96,22 @@ def pool() -> Iterator[ProcessPoolExecutor]:
 
 @pytest.mark.parametrize("suite,task,trials", CASES, ids=[c[0] for c in CASES])
 def test_fast_loop_equals_libero_alone(suite: str, task: int, trials: list[int], pool: ProcessPoolExecutor) -> None:
-    from libero.libero import benchmark
-
-    bench = benchmark.get_benchmark_dict()[suite]()
-    first_id = sum(len(bench.get_task_init_states(t)) for t in range(task))
-    actions = np.stack([_actions(7919 * j + 1000 * task + trial) for j, trial in enumerate(trials)])
+    b = suite_bench(suite)
+    first_id = sum(len(b.get_task_init_states(t)) for t in range(task))
+    actions = np.stack([random_actions(7919 * j + 1000 * task + trial, CHUNKS, CHUNK) for j, trial in enumerate(trials)])
     refs = [pool.submit(run_libero_alone, suite, task, trial, actions[j]) for j, trial in enumerate(trials)]
     ours = pool.submit(run_backend, suite, [first_id + t for t in trials], actions).result()
     assert ours["fast"] == [True, True] and ours["one_scene"], "the envs must run the fast loop on one shared scene"
     assert "physics" not in ours["renderer"], "the fast loop is not part of the fingerprint"
     for j, ref in enumerate(r.result() for r in refs):
-        moved = np.abs(ref["frames"][-1]["state"][:3] - ref["frames"][0]["state"][:3]).max()
+        moved = np.abs(ref.frames[-1]["state"][:3] - ref.frames[0]["state"][:3]).max()
         assert moved > 0.01, f"the arm barely moved ({moved:.4f} m): the check would be weak"
-        for c, (mine, theirs) in enumerate(zip(ours["frames"][j], ref["frames"], strict=True)):
+        for c, (mine, theirs) in enumerate(zip(ours["frames"][j], ref.frames, strict=True)):
             when = "after the reset" if c == 0 else f"after chunk {c}"
             for key in ("full_image", "wrist_image", "state"):
                 np.testing.assert_array_equal(mine[key], theirs[key], err_msg=f"{suite} task {task} env {j}: {key} differs {when}")
         np.testing.assert_array_equal(
-            ours["mj_state"][j], ref["mj_state"], err_msg=f"{suite} task {task} env {j}: mjSTATE_INTEGRATION differs after {CHUNKS} chunks"
+            ours["mj_state"][j], ref.mj_state, err_msg=f"{suite} task {task} env {j}: mjSTATE_INTEGRATION differs after {CHUNKS} chunks"
         )
     rk4 = ours["rk4"]
     assert not rk4["fast"] and "mjINT_RK4" in rk4["refusal"]

