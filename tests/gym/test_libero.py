@@ -23,6 +23,7 @@ def _cfg():
             "train.simulator_type=libero",
             "train.task_suite_name=libero_spatial",
             "train.num_envs=2",
+            "train.libero.envs_per_process=2",
             f"train.max_episode_steps={2 * CHUNK}",
             "train.init_params.camera_heights=64",
             "train.init_params.camera_widths=64",

@@ -12,6 +12,9 @@ class TestLiberoConformance(EnvConformance):
             "task_suite_name": "libero_spatial",
             "num_envs": 2,
             "init_params": {"camera_heights": 128, "camera_widths": 128},
+            # One process for both (the default layout would give each a core): the suite checks the
+            # contract, not the layout, and each LIBERO process costs CI 10-30 s.
+            "libero": {"envs_per_process": 2},
         }
     }
     config_overrides = ["actor.model.num_action_chunks=4"]

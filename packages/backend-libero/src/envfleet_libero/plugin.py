@@ -16,6 +16,7 @@ from envfleet.errors import ConfigError
 from envfleet.plugins import BackendRegistry, BackendSpec, hookimpl
 
 from .actions import SETTLE_ACTIONS
+from .layout import default_layout
 from .protocols import load_protocols
 from .suites import SUITE_HORIZONS, check_suite, instruction_source
 
@@ -51,7 +52,9 @@ class LiberoConfig:
     """
 
     mujoco_gl: str = "egl"  # MuJoCo's GL platform when MUJOCO_GL is unset: egl (osmesa if EGL cannot start) or osmesa
-    envs_per_process: int = 4  # envs one shard process holds; envs of one task share its model and render context
+    # envs one shard process holds (envs of one task share its model and render context); null: the
+    # default layout, one process per core Ray gave the worker before envs share one (docs: "Default layout")
+    envs_per_process: int | None = None
     # the instruction the policy is shown: task_language (LIBERO's task.language, from the BDDL file name) or
     # bddl_language (the BDDL's (:language ...)); null: task_language for LIBERO's suites, bddl_language for LIBERO-PRO's
     instruction_source: str | None = None
@@ -103,11 +106,15 @@ def physics_mode(cfg: Any) -> str:
 
 
 def envs_per_process(cfg: Any) -> int:
-    """``train.libero.envs_per_process``: how many envs share one shard process (at least 1)."""
+    """``train.libero.envs_per_process``: how many envs share one shard process (at least 1).
+
+    Unset (null): the default layout of :func:`envfleet_libero.layout.default_layout`, from
+    the worker's cores and the memory available.
+    """
     section = cfg.get("libero") if hasattr(cfg, "get") else None
     value = None if section is None else section.get("envs_per_process")
     if value is None:
-        return LiberoConfig.envs_per_process
+        return default_layout(cfg)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"config key 'train.libero.envs_per_process' must be an integer >= 1, got {value!r}")
     return value
