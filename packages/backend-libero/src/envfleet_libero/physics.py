@@ -97,10 +97,17 @@ class FastStep:
 
     :param renv: the robosuite env inside LIBERO's ``OffScreenRenderEnv`` (``env.env``);
         :func:`fast_step_refusal` must have accepted it.
+    :param keys: the observations the caller reads: a step returns those, each the
+        observable's own value, as robosuite's ``_get_observations`` holds it, without
+        building the rest (every observable and the per-modality concatenations, a pure
+        read). ``None``, or a key that is not an enabled, active observable: all of them.
     """
 
-    def __init__(self, renv: Any) -> None:
+    def __init__(self, renv: Any, keys: tuple[str, ...] | None = None) -> None:
         self.renv = renv
+        observables = renv._observables
+        ok = keys is not None and all(k in observables and observables[k].is_enabled() and observables[k].is_active() for k in keys)
+        self.keys = keys if ok else None
 
     def __call__(self, action: np.ndarray) -> dict[str, Any]:
         """One ``env.step``; returns robosuite's observations (LIBERO's ``check_success`` then reads the result)."""
@@ -134,7 +141,10 @@ class FastStep:
         # robosuite's _post_action without the reward, then LIBERO's _post_process.
         renv.done = (renv.timestep >= renv.horizon) and not renv.ignore_done
         renv._post_process()
-        return renv._get_observations()  # type: ignore[no-any-return]
+        if self.keys is None:
+            return renv._get_observations()  # type: ignore[no-any-return]
+        observables = renv._observables
+        return {key: observables[key].obs for key in self.keys}
 
 
 def _plain_attrs(obj: Any) -> dict[str, Any]:

@@ -72,7 +72,9 @@ class LiberoSim:
         _log(f"built task {task.index} ({task.name}), {how}, in {time.perf_counter() - t0:.1f} s")
         #: Why this env runs LIBERO's own step loop although ``physics: fast`` asked otherwise (None: it does not).
         self.fast_refusal = fast_step_refusal(self.renv) if physics == "fast" else None
-        self._fast = FastStep(self.renv) if physics == "fast" and self.fast_refusal is None else None
+        # What env.py reads of a step: the 8-dim state's three observables and the cameras' images.
+        keys = ("robot0_eef_pos", "robot0_eef_quat", "robot0_gripper_qpos", *(f"{c}_image" for c in self.cameras))
+        self._fast = FastStep(self.renv, keys) if physics == "fast" and self.fast_refusal is None else None
         if self.fast_refusal is not None:
             _log(f"task {task.index}: LIBERO's own step loop, not the fast one: {self.fast_refusal}")
 
