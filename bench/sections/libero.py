@@ -16,9 +16,11 @@ from typing import Any
 
 import numpy as np
 
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    sys.path.pop(0)  # run alone: this folder would shadow LIBERO's `libero` package with this file
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, when run alone
 from common import IMG, ROOT, write
-from configs import libero_cfg, libero_installed, start_ray
+from configs import libero_cfg, libero_installed
 
 CHUNK = 8
 REPS = 6
@@ -139,7 +141,9 @@ def fast_loop(hw: int = 128, n: int = 2) -> None:
         {"case": "physics alone, 1 env, fast loop", "ms per env step": fast_ms, "sub-steps/s": 1e3 / fast_ms, "x LIBERO": own_ms / fast_ms},
         {"case": "physics alone, 1 env, LIBERO's env.step", "ms per env step": own_ms, "sub-steps/s": 1e3 / own_ms, "x LIBERO": 1.0},
     ]
-    start_ray()
+    from envfleet_ray import init_ray
+
+    init_ray(num_cpus=3 * n)  # logical CPUs: each of the three workers reserves n, as a user gives a worker its cores
     variants: dict[str, Any] = {}
     times: dict[str, list[float]] = {}
     labels = {
