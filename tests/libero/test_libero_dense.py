@@ -22,7 +22,7 @@ from envfleet.errors import ConfigError
 SIZE = 64
 
 
-def _cfg(num_envs: int, **libero: object) -> object:
+def _cfg(num_envs: int, stages: int = 1, **libero: object) -> object:
     return load_config(
         data={
             "train": {
@@ -33,6 +33,7 @@ def _cfg(num_envs: int, **libero: object) -> object:
                 "init_params": {"camera_heights": SIZE, "camera_widths": SIZE},
                 "libero": dict(libero),
             },
+            "rollout": {"pipeline_stage_num": stages},
             "actor": {"model": {"num_action_chunks": 2, "action_dim": 7}},
         }
     )

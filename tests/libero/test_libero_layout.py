@@ -13,27 +13,12 @@ from typing import Any
 import pytest
 
 from envfleet import ProcessEnvManager
-from envfleet.config import load_config
 from envfleet_libero.layout import PROCESS_BYTES, default_envs_per_process, stage_count
+
+from .test_libero_dense import _cfg
 
 RAY_CPUS = 2
 GB = 10**9
-
-
-def _cfg(num_envs: int, stages: int = 1, **libero: Any) -> Any:
-    return load_config(
-        data={
-            "train": {
-                "simulator_type": "libero",
-                "task_suite_name": "libero_spatial",
-                "num_envs": num_envs,
-                "init_params": {"camera_heights": 64, "camera_widths": 64},
-                "libero": dict(libero),
-            },
-            "rollout": {"pipeline_stage_num": stages},
-            "actor": {"model": {"num_action_chunks": 2, "action_dim": 7}},
-        }
-    )
 
 
 @pytest.mark.parametrize(
@@ -57,13 +42,13 @@ def test_rule(envs: int, cores: int, memory: int, stages: int, expected: int) ->
 
 
 def test_stages_come_from_the_rollout_section() -> None:
-    assert stage_count(_cfg(2, stages=3).train) == 3
+    assert stage_count(_cfg(2, stages=3).train) == 3  # type: ignore[attr-defined]
     assert stage_count({"num_envs": 2}) == 1
 
 
 def _shards(num_envs: int) -> int:
     """In a Ray task: how many shard processes the default layout gives ``num_envs`` envs."""
-    return ProcessEnvManager(_cfg(num_envs)).num_shards  # built, not started: the layout is decided here
+    return ProcessEnvManager(_cfg(num_envs)).num_shards  # type: ignore[arg-type]  # built, not started: the layout is decided here
 
 
 def test_two_envs_with_the_defaults_get_a_process_each_on_two_ray_cpus(local_ray: Any) -> None:
