@@ -127,6 +127,23 @@ def physics_alone(reps: int = REPS, steps: int = CHUNK) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def _start_ray(cpus: int, attempts: int = 3) -> None:
+    """A local Ray of ``cpus`` logical CPUs (each worker of the fast part reserves its envs' count, as a user
+    gives a worker its cores); Ray gives its node 30 s to register, which a loaded machine can miss: retried."""
+    import ray
+
+    from envfleet_ray import init_ray
+
+    for attempt in range(attempts):
+        try:
+            init_ray(num_cpus=cpus)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for a node start that timed out
+            print(f"libero_fast: Ray did not start ({exc}); attempt {attempt + 1} of {attempts}", flush=True)
+            ray.shutdown()
+    raise RuntimeError(f"libero_fast: a local Ray did not start in {attempts} attempts (machine overloaded?)")
+
+
 def _mem_available_gb() -> float:
     with open("/proc/meminfo") as fh:
         return next(int(line.split()[1]) for line in fh if line.startswith("MemAvailable:")) / 2**20
@@ -134,16 +151,15 @@ def _mem_available_gb() -> float:
 
 def fast_loop(hw: int = 128, n: int = 2) -> None:
     """The fast loop: physics alone, then 2 envs rendering the last sub-step through the worker against plain loops."""
+    _start_ray(3 * n)  # first: on a loaded machine Ray's node start can time out, and then nothing is lost yet
     phys = physics_alone()
+    print("physics alone:", json.dumps(phys), flush=True)
     fast_ms = 1e3 * float(np.median(phys["seconds_per_step"]["fast"]))
     own_ms = 1e3 * float(np.median(phys["seconds_per_step"]["libero"]))
     rows: list[dict[str, Any]] = [
         {"case": "physics alone, 1 env, fast loop", "ms per env step": fast_ms, "sub-steps/s": 1e3 / fast_ms, "x LIBERO": own_ms / fast_ms},
         {"case": "physics alone, 1 env, LIBERO's env.step", "ms per env step": own_ms, "sub-steps/s": 1e3 / own_ms, "x LIBERO": 1.0},
     ]
-    from envfleet_ray import init_ray
-
-    init_ray(num_cpus=3 * n)  # logical CPUs: each of the three workers reserves n, as a user gives a worker its cores
     variants: dict[str, Any] = {}
     times: dict[str, list[float]] = {}
     labels = {
