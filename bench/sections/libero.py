@@ -87,19 +87,28 @@ class PlainLoops:
 
 
 class WorkerStage:
-    """One EnvWorker (through ``EnvWorkerGroup``) with one stage of ``n`` envs, reset and warmed up."""
+    """One EnvWorker with one stage of ``n`` envs, reset and warmed up: through ``EnvWorkerGroup`` (a Ray
+    actor given ``cpus`` CPUs), or, with ``in_process``, the worker class itself in this process (its
+    default layout then sees this process's cores)."""
 
-    def __init__(self, n: int, hw: int, overrides: dict[str, Any], cpus: float) -> None:
+    def __init__(self, n: int, hw: int, overrides: dict[str, Any], cpus: float, in_process: bool = False) -> None:
         from omegaconf import OmegaConf
 
         from envfleet.dataproto import DataProto
-        from envfleet_ray.group import EnvWorkerGroup
 
         cfg = libero_cfg(n, hw, "last", stages=1, chunk=CHUNK)
         for key, value in overrides.items():
             OmegaConf.update(cfg, f"train.libero.{key}", value)
         self.n = n
-        self.group = EnvWorkerGroup(cfg, num_workers=1, cpus_per_worker=cpus)
+        self.group: Any
+        if in_process:
+            from envfleet_ray.worker import EnvWorker
+
+            self.group = _Local(EnvWorker(cfg))
+        else:
+            from envfleet_ray.group import EnvWorkerGroup
+
+            self.group = EnvWorkerGroup(cfg, num_workers=1, cpus_per_worker=cpus)
         self.group.init_worker()
         self.group.init_simulator()
         self.group.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": np.arange(n)})).get()
@@ -118,6 +127,36 @@ class WorkerStage:
 
     def close(self) -> None:
         self.group.shutdown()
+
+
+class _Local:
+    """An in-process EnvWorker behind the group's calls (results as ``.get()``-able values)."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+
+    def init_worker(self) -> None:
+        self.worker.init_worker()
+
+    def init_simulator(self) -> None:
+        self.worker.init_simulator()
+
+    def reset_envs_to_state_ids(self, data: Any) -> Any:
+        return _Done(self.worker.reset_envs_to_state_ids(data))
+
+    def env_interact_step(self, data: Any) -> Any:
+        return _Done(self.worker.env_interact_step(data))
+
+    def shutdown(self) -> None:
+        self.worker.close()
+
+
+class _Done:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def get(self) -> Any:
+        return self.value
 
 
 def physics_alone(reps: int = REPS, steps: int = CHUNK) -> dict[str, Any]:
@@ -151,7 +190,12 @@ def _mem_available_gb() -> float:
 
 def fast_loop(hw: int = 128, n: int = 2) -> None:
     """The fast loop: physics alone, then 2 envs rendering the last sub-step through the worker against plain loops."""
-    _start_ray(3 * n)  # first: on a loaded machine Ray's node start can time out, and then nothing is lost yet
+    try:
+        _start_ray(3 * n)  # first: on a loaded machine Ray's node start can time out, and then nothing is lost yet
+        in_process = False
+    except RuntimeError as exc:
+        print(f"{exc}: the EnvWorkers run in this process instead (no Ray hop)", flush=True)
+        in_process = True
     phys = physics_alone()
     print("physics alone:", json.dumps(phys), flush=True)
     fast_ms = 1e3 * float(np.median(phys["seconds_per_step"]["fast"]))
@@ -170,10 +214,10 @@ def fast_loop(hw: int = 128, n: int = 2) -> None:
     }
     try:
         variants["plain"] = PlainLoops(n, hw, "last")
-        variants["one_per_process"] = WorkerStage(n, hw, {"envs_per_process": 1}, cpus=n)
-        variants["default"] = WorkerStage(n, hw, {}, cpus=n)
+        variants["one_per_process"] = WorkerStage(n, hw, {"envs_per_process": 1}, cpus=n, in_process=in_process)
+        variants["default"] = WorkerStage(n, hw, {}, cpus=n, in_process=in_process)
         if _mem_available_gb() > 6:  # the machine may be shared: the fourth variant only where it fits
-            variants["libero_loop"] = WorkerStage(n, hw, {"envs_per_process": 1, "physics": "libero"}, cpus=n)
+            variants["libero_loop"] = WorkerStage(n, hw, {"envs_per_process": 1, "physics": "libero"}, cpus=n, in_process=in_process)
         for _ in range(REPS):
             for name, variant in variants.items():
                 times.setdefault(name, []).append(variant.chunk())
@@ -192,7 +236,8 @@ def fast_loop(hw: int = 128, n: int = 2) -> None:
         f"env steps: the fast loop {own_ms / fast_ms:.2f}x LIBERO's own env.step (target >= 1.6x); final MuJoCo states "
         f"{'equal' if phys['same_state'] else 'DIFFERENT'}.",
         f"{n} envs, {hw}x{hw}, two cameras, chunk {CHUNK}, render last, medians of {REPS} chunks with the variants alternated "
-        f"chunk by chunk (all up at once; the worker has {n} CPUs of Ray): through the EnvWorker at envs_per_process 1, "
+        f"chunk by chunk (all up at once; "
+        f"{'each EnvWorker in the bench process, as Ray did not start' if in_process else f'each worker a Ray actor of {n} CPUs'}): through the EnvWorker at envs_per_process 1, "
         f"{by[labels['one_per_process']]['x LIBERO']:.2f}x the {n} plain LIBERO processes (target >= 1.15x); with the default "
         f"layout {by[labels['default']]['x LIBERO']:.2f}x (target: within 5% of the former).",
     ]
