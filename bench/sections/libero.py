@@ -92,13 +92,14 @@ class WorkerStage:
     default layout then sees this process's cores)."""
 
     def __init__(self, n: int, hw: int, overrides: dict[str, Any], cpus: float, in_process: bool = False) -> None:
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf, read_write
 
         from envfleet.dataproto import DataProto
 
         cfg = libero_cfg(n, hw, "last", stages=1, chunk=CHUNK)
-        for key, value in overrides.items():
-            OmegaConf.update(cfg, f"train.libero.{key}", value)
+        with read_write(cfg):  # a loaded config is read-only; the backend checks these keys when the stage is built
+            for key, value in overrides.items():
+                OmegaConf.update(cfg, f"train.libero.{key}", value)
         self.n = n
         self.group: Any
         if in_process:
