@@ -16,8 +16,8 @@ def test_depth_is_in_the_specs_and_the_rollout(no_leaks) -> None:
         assert env.observation_spec["depth"].shape == (2, 16, 16) and env.observation_spec["depth"].dtype == torch.float32
         assert env.observation_spec["side_image"].dtype == torch.uint8
         check_env_specs(env)  # TorchRL's own check: every spec'd key, shape and dtype in reset and step
-        rollout = env.rollout(3)
-        assert rollout["next", "depth"].shape == (2, 3, 16, 16)
+        rollout = env.rollout(2)  # max_episode_steps = 2 chunks: both steps of one episode
+        assert rollout["next", "depth"].shape == (2, 2, 16, 16)
         assert not torch.equal(rollout["next", "depth"][:, 0], rollout["next", "depth"][:, -1])
     finally:
         env.close()
