@@ -173,6 +173,8 @@ class EnvResourcePool(RayResourcePool):  # type: ignore[misc]
         env_wg = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(ray.remote(EnvWorker), ...))
     """
 
+    pgs: list[Any] | None  # verl's pool sets it to None until placed
+
     def __init__(
         self,
         process_on_nodes: list[int] | None = None,
@@ -206,5 +208,5 @@ class EnvResourcePool(RayResourcePool):  # type: ignore[misc]
                 bundle[self.accelerator_type] = 1e-4
         pgs = [reserve([bundle] * count, strategy, self.labels, self.placement_timeout_s, self.check_placement) for count in self._store]
         placed: list[Any] = sort_placement_group_by_node_ip(pgs)
-        self.pgs = placed  # type: ignore[assignment]  # verl declares it None until placed
+        self.pgs = placed
         return list(placed)
