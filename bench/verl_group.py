@@ -39,6 +39,17 @@ def batches(fn: Any, repeat: int) -> float:
     return (time.perf_counter() - t0) / repeat
 
 
+def alternated(first: Any, second: Any, repeat: int) -> tuple[float, float]:
+    """Median seconds per call of ``first`` and ``second``, timed in alternating batches after a warm-up of each."""
+    for fn in (first, second):
+        batches(fn, 2)
+    t_first, t_second = [], []
+    for _ in range(ROUNDS):
+        t_first.append(batches(first, repeat))
+        t_second.append(batches(second, repeat))
+    return float(np.median(t_first)), float(np.median(t_second))
+
+
 def env_section(overrides: list[str]) -> Any:
     """verl's ``config.env`` for these envfleet overrides (envfleet validates them first)."""
     cfg = load_config(overrides=overrides)
@@ -78,13 +89,7 @@ def step_cost(label: str, overrides: list[str], repeat: int) -> dict[str, Any]:
         def theirs_step() -> Any:
             return theirs.env_interact_step(theirs_data).get().batch
 
-        for fn in (ours_step, theirs_step):
-            batches(fn, 2)
-        t_ours, t_theirs = [], []
-        for _ in range(ROUNDS):
-            t_ours.append(batches(ours_step, repeat))
-            t_theirs.append(batches(theirs_step, repeat))
-        a, b = float(np.median(t_ours)), float(np.median(t_theirs))
+        a, b = alternated(ours_step, theirs_step, repeat)
     finally:
         theirs.close()
         ours.shutdown()

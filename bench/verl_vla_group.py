@@ -20,7 +20,7 @@ import torch
 from configs import toy_overrides  # bench/ is this script's directory, first on sys.path
 from verl import DataProto as VerlDataProto
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
-from verl_group import ROUNDS, batches
+from verl_group import alternated
 
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
@@ -61,13 +61,7 @@ def step_cost(label: str, overrides: list[str], simulator: dict[str, Any], repea
         def theirs_step() -> Any:
             return theirs.env_interact_step(theirs_data, mode="train").get().batch
 
-        for fn in (ours_step, theirs_step):
-            batches(fn, 2)
-        t_ours, t_theirs = [], []
-        for _ in range(ROUNDS):
-            t_ours.append(batches(ours_step, repeat))
-            t_theirs.append(batches(theirs_step, repeat))
-        a, b = float(np.median(t_ours)), float(np.median(t_theirs))
+        a, b = alternated(ours_step, theirs_step, repeat)
     finally:
         theirs.close()
         ours.shutdown()
