@@ -37,6 +37,7 @@ MOVED: dict[str, str] = {
     "envfleet.egl_cuda": "envfleet.diagnostics.egl_cuda",
     "envfleet.hookspecs": "envfleet.plugins.hookspecs",
     "envfleet.registry": "envfleet.plugins",
+    "envfleet.dataproto_pickle": "envfleet.dataproto.pickling",
 }
 
 
