@@ -2,7 +2,10 @@
 
 The core package: the :class:`Env` protocol, the :class:`DataProto` batch, the
 process-sharded :class:`ProcessEnvManager`, the plugin registry and the config
-schema. It never imports Ray or a simulator.
+schema. It never imports Ray or a simulator, and needs torch and tensordict only for
+:class:`DataProto` (the ``dataproto`` extra, ``pip install 'envfleet[dataproto]'``): without
+them, ``envfleet.DataProto`` raises :class:`~envfleet.errors.MissingExtraError` with that
+command, and everything else works.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from ._moved import install as _answer_for_moved_paths
 _answer_for_moved_paths()  # `import envfleet.manager` and the other flat paths of before still work
 
 # Names are imported on first use, so that a shard process (``python -m envfleet.shards.server``)
-# and a plugin listing do not pay for torch and tensordict.
+# and a plugin listing do not pay for torch and tensordict, nor need them installed.
 _EXPORTS = {
     "EnvConfig": "config",
     "EnvFleetConfig": "config",
