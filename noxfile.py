@@ -106,7 +106,8 @@ def tests_core(session: nox.Session) -> None:
     by the main lock; no torch, tensordict, Ray or backend. Core and its shards must run so.
 
     DataProto needs the ``dataproto`` extra (torch, tensordict): its tests and the two manager tests that pass
-    torch tensors are left out here by path and node id, not skipped; the tests and tests-verl sessions run them.
+    torch tensors are left out here by path and node id, not skipped: the tests session runs them all, and
+    tests-verl the DataProto ones again on verl's pins.
     """
     # MuJoCo (torch-free) for the GL probe's tests, which open real EGL and OSMesa contexts through it.
     session.install("-c", "requirements/py311.txt", "-e", "packages/core[testing]", "pytest-timeout", "mujoco")
