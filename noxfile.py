@@ -159,15 +159,7 @@ def tests_verl_vla(session: nox.Session) -> None:
     requirements/verl-vla-py311.txt is verl's lock with verl 0.7.1 for 0.9.1 (and no torchrl), so
     this runs in tests-verl's venv with verl 0.7.1 (pure Python) installed apart and put first on
     PYTHONPATH: no venv of its own to build. Runs after tests-verl; builds that venv when missing."""
-    venv = os.path.join(os.getcwd(), ".nox", "tests-verl")
-    python = os.path.join(venv, "bin", "python")
-    if not os.path.exists(python):
-        session.run("python3.11", "-m", "venv", venv, external=True)
-        session.run(python, "-m", "pip", "install", "-q", "--no-deps", "-r", VERL_LOCK, external=True)
-        args = []
-        for path in [*PACKAGES, *TEST_PLUGINS]:
-            args += ["-e", path]
-        session.run(python, "-m", "pip", "install", "-q", "--no-deps", *args, external=True)
+    python = _shared_venv(session, "tests-verl", VERL_LOCK)
     overlay = os.path.join(os.getcwd(), ".nox", "verl-vla-overlay")
     with open(VERL_VLA_LOCK) as fh:
         verl = next(line.strip() for line in fh if line.startswith("verl=="))
