@@ -156,6 +156,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
             if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
                 raise TypeError(f"seed must be an int (it shuffles the walk over state ids) or None, got {seed!r}")
             super().reset(seed=int(seed))
+            self._seed = int(seed)
             self._walk.seed(int(seed))
         options = dict(options or {})
         unknown = sorted(set(options) - set(_RESET_OPTIONS))
@@ -232,6 +233,22 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         self._obs = obs
         self._ended = ended
         return self._obs_out(), rewards, terminated, truncated, infos
+
+    def set_walk(self, state_ids: Any) -> None:
+        """Resets without ``state_ids`` (seeded resets, autoresets) draw from ``state_ids`` from now on.
+
+        For example one task's state ids, to keep every episode of these envs on that task. The walk
+        starts again, shuffled by the last seed (``train.seed`` until :meth:`reset` gets one).
+        """
+        self._check_open()
+        ids = np.asarray(state_ids, dtype=np.int64)
+        known = set(self.manager.get_all_state_ids().tolist())
+        if ids.ndim != 1 or len(ids) == 0:
+            raise InvalidInputError(f"set_walk() needs a non-empty 1-D list of state ids, got shape {list(ids.shape)}")
+        unknown = sorted(set(ids.tolist()) - known)
+        if unknown:
+            raise InvalidInputError(f"set_walk(): state ids {unknown[:10]} are not the backend's (get_all_state_ids())")
+        self._walk = StateWalk(ids, self._seed)
 
     def render(self) -> tuple[np.ndarray, ...] | None:
         """With ``render_mode="rgb_array"``: each env's latest camera image, as already returned (nothing is rendered again)."""
