@@ -1,4 +1,4 @@
-"""nox sessions: tests, tests-core, tests-verl, tests-verl-vla, tests-torchrl, tests-isaac, tests-metaworld, tests-maniskill, lint, typecheck, demo, bench, chaos, docs.
+"""nox sessions: tests, tests-core, tests-verl, tests-verl-vla, tests-torchrl, tests-isaac, tests-metaworld, tests-maniskill, tests-lerobot, lint, typecheck, demo, bench, chaos, docs.
 
 Every session installs from the pinned files in requirements/, so a fresh machine
 gets the same versions. System packages (EGL/OSMesa for rendering) come from
@@ -26,6 +26,7 @@ nox.options.sessions = [
     "tests-isaac",
     "tests-metaworld",
     "tests-maniskill",
+    "tests-lerobot",
     "docs",
 ]
 
@@ -51,6 +52,7 @@ OLD_API_PLUGINS = ["tests/plugins/envfleet-reacher"]
 VERL_LOCK = "requirements/verl-py311.txt"
 VERL_VLA_LOCK = "requirements/verl-vla-py311.txt"
 MANISKILL_LOCK = "requirements/maniskill-py311.txt"
+LEROBOT_LOCK = "requirements/lerobot-py312.txt"
 RENDER_ENV = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
 # The tests of tests/core that need torch and tensordict (DataProto), which tests-core's light venv has not.
 CORE_TORCH_MODULES = ["test_dataproto.py", "test_dataproto_verl_surface.py", "test_verl_protocol_suite.py"]
@@ -96,6 +98,7 @@ def tests(session: nox.Session) -> None:
         "--ignore=tests/verl_vla",
         "--ignore=tests/maniskill",
         "--ignore=tests/torchrl",
+        "--ignore=tests/lerobot",
     ]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
 
@@ -218,6 +221,18 @@ def tests_maniskill(session: nox.Session) -> None:
     session.install("--no-deps", "-r", MANISKILL_LOCK)
     args = session.posargs or ["tests/maniskill"]
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=1800", "-ra", *args, env=RENDER_ENV)
+
+
+@nox.session(name="tests-lerobot", python=PY312)
+def tests_lerobot(session: nox.Session) -> None:
+    """LeRobot 0.6.1's plugin discovery, env registry and lerobot-eval's rollout over envfleet's LeRobot
+    env package, on the toy backend (Python 3.12: LeRobot needs it)."""
+    # A complete freeze, installed without resolving; the project's packages on top, without dependencies.
+    session.install("--no-deps", "-r", LEROBOT_LOCK)
+    session.install("--no-deps", "-e", "packages/core", "-e", "tests/plugins/envfleet-toy", "-e", "packages/lerobot-env-envfleet")
+    args = session.posargs or ["tests/lerobot"]
+    # HF_HUB_OFFLINE: nothing here may reach the hub; a test that tried would fail, not hang.
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env={"HF_HUB_OFFLINE": "1"})
 
 
 @nox.session(python=PY311)
