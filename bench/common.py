@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -60,3 +61,30 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
     return str(value)
+
+
+def vector_env_rate(vec: Any, actions: Callable[[int], np.ndarray], warmup: int, chunks: int) -> float:
+    """Sub-steps per second of a gymnasium vector env stepped one action at a time through chunks
+    ``actions(k)`` (``[num_envs, chunk, action_dim]``); chunks ``100 + k`` are timed after ``warmup``
+    untimed ones. The caller resets ``vec`` and closes it."""
+    for k in range(warmup):
+        for a in actions(k).transpose(1, 0, 2):
+            vec.step(a)
+    steps = 0
+    t0 = time.perf_counter()
+    for k in range(chunks):
+        chunk = actions(100 + k)
+        for a in chunk.transpose(1, 0, 2):
+            vec.step(a)
+        steps += chunk.shape[0] * chunk.shape[1]
+    return steps / (time.perf_counter() - t0)
+
+
+def rate_in_venv(section: str, python: str, script: str, case: str, timeout: float) -> float:
+    """Run ``script case`` under another interpreter (a simulator's venv) and read the ``rate`` of the
+    last JSON line it prints."""
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "bench")}
+    out = subprocess.run([python, os.path.abspath(script), case], capture_output=True, text=True, timeout=timeout, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"{section} bench case {case!r} failed:\n{out.stderr[-3000:]}")
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["rate"])

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 # Run as a script by MetaWorld's venv, this module finds bench/ (common) on PYTHONPATH.
-from common import ROOT, write
+from common import ROOT, rate_in_venv, vector_env_rate, write
 
 NUM_ENVS, SIZE, CHUNK, CHUNKS, WARMUP, ROUNDS = 2, 128, 8, 12, 2, 3
 TASK = "pick-place-v3"
@@ -111,24 +110,13 @@ def async_rate() -> float:
     vec = AsyncVectorEnv([functools.partial(_make, i) for i in range(NUM_ENVS)], shared_memory=True, context="spawn")
     try:
         vec.reset()
-        for k in range(WARMUP):
-            for a in _actions(k).transpose(1, 0, 2):
-                vec.step(a)
-        t0 = time.perf_counter()
-        for k in range(CHUNKS):
-            for a in _actions(100 + k).transpose(1, 0, 2):
-                vec.step(a)
-        return NUM_ENVS * CHUNK * CHUNKS / (time.perf_counter() - t0)
+        return vector_env_rate(vec, _actions, WARMUP, CHUNKS)
     finally:
         vec.close()
 
 
 def _in_sim_venv(python: str, case: str) -> float:
-    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "bench")}
-    out = subprocess.run([python, os.path.abspath(__file__), case], capture_output=True, text=True, timeout=1800, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(f"metaworld bench case {case!r} failed:\n{out.stderr[-2000:]}")
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["rate"])
+    return rate_in_venv("metaworld", python, __file__, case, timeout=1800)
 
 
 def run() -> None:
