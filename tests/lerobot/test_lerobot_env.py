@@ -272,3 +272,13 @@ def test_lerobot_eval_command_line_with_a_local_act_checkpoint(tmp_path):
     assert info["overall"]["n_episodes"] == 2 and len(info["per_task"][0]["metrics"]["successes"]) == 2
     videos = info["overall"]["video_paths"]  # lerobot-eval's videos, from env.call("render")
     assert len(videos) == 2 and all(Path(v).stat().st_size > 0 for v in videos)
+
+
+def test_the_episode_horizon_comes_from_the_config_else_the_backends_spec() -> None:
+    from lerobot_env_envfleet.vector_env import episode_bound
+
+    from envfleet.config import load_config
+    from envfleet_toy.plugin import DEFAULT_MAX_EPISODE_STEPS
+
+    assert episode_bound(load_config(overrides=["train.simulator_type=toy", "train.max_episode_steps=7"])) == 7
+    assert episode_bound(load_config(overrides=["train.simulator_type=toy"])) == DEFAULT_MAX_EPISODE_STEPS

@@ -28,6 +28,7 @@ __all__ = [
     "check_suite",
     "camera_names",
     "envs_per_process",
+    "default_max_episode_steps",
     "protocol_parts",
     "physics_mode",
     "observation_spec",
@@ -84,6 +85,12 @@ def _check_libero_section(cfg: Any) -> None:
     envs_per_process(cfg)
     instruction_source(cfg)
     physics_mode(cfg)
+
+
+def default_max_episode_steps(cfg: Any) -> int:
+    """The episode horizon of the section's suite (its base suite's for LIBERO-PRO), used when
+    ``max_episode_steps`` is unset."""
+    return int(DEFAULT_MAX_EPISODE_STEPS[check_suite(cfg)])
 
 
 def protocol_parts(cfg: Any) -> dict[str, Any]:
@@ -154,6 +161,7 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             protocol_parts=protocol_parts,
             protocols=load_protocols,
             action_dim=7,
+            max_episode_steps=default_max_episode_steps,
             implements={"auto_reset", "ignore_terminations", "render", "flip_images", "settle_steps", "action_transform"},
             api_version="2.0",  # the envfleet plugin API it is written for
             check_config={"train": {"task_suite_name": "libero_spatial", "init_params": {"camera_heights": 64, "camera_widths": 64}}},

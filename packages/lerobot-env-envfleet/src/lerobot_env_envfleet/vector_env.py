@@ -48,14 +48,12 @@ NEW_ROLLOUT_OPTION = "lerobot_new_rollout"
 
 
 def episode_bound(cfg: DictConfig) -> int | None:
-    """The episode horizon in sub-steps: ``train.max_episode_steps``, else the backend's default where known."""
+    """The episode horizon in sub-steps: ``train.max_episode_steps``, else the backend's default
+    (``BackendSpec.max_episode_steps``) where it declares one."""
     if cfg.train.max_episode_steps:
         return int(cfg.train.max_episode_steps)
-    if cfg.train.simulator_type == "libero":
-        from envfleet_libero.plugin import DEFAULT_MAX_EPISODE_STEPS
-
-        return int(DEFAULT_MAX_EPISODE_STEPS[str(cfg.train.task_suite_name)])
-    return None
+    spec = get_backend(str(cfg.train.simulator_type))
+    return None if spec.max_episode_steps is None else spec.max_episode_steps(cfg.train)
 
 
 class LeRobotTaskEnv(VectorEnv):  # type: ignore[misc]

@@ -75,6 +75,10 @@ class BackendSpec:
         selected with ``train.protocol`` (format: :mod:`envfleet.named_protocols`). ``None``: none.
     :param action_dim: the action size the backend expects, when fixed (also the default of
         ``actor.model.action_dim``).
+    :param max_episode_steps: ``(cfg) -> int | None``: the episode length in sub-steps the
+        backend's env uses when the config's ``max_episode_steps`` is unset (LIBERO: the suite's
+        horizon), for the callers that must know it before an env exists (LeRobot's eval loop);
+        ``None``: not known in advance.
     :param implements: the optional core keys this backend honours, from
         :data:`envfleet.options.OPTIONAL_KEYS` (``auto_reset``, ``ignore_terminations``,
         ``render``, ``flip_images``, ``settle_steps``, ``action_transform``). A config that sets
@@ -105,6 +109,7 @@ class BackendSpec:
     protocol_parts: Callable[[Any], Mapping[str, Any]] | None = None
     protocols: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
     action_dim: int | None = None
+    max_episode_steps: Callable[[Any], int | None] | None = None
     implements: AbstractSet[str] = frozenset()
     api_version: str | None = None
     check_config: dict[str, Any] = field(default_factory=dict)

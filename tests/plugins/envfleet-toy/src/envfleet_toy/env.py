@@ -20,7 +20,7 @@ from envfleet.batched_env import BatchedEnv
 from envfleet.env import ArraySpec, ChunkStepResult, EnvContext, ObservationSpec, ResetResult
 from envfleet.validation import StateTable, as_env_ids, check_actions, check_reset_ids
 
-from .plugin import observation_spec
+from .plugin import DEFAULT_MAX_EPISODE_STEPS, observation_spec
 
 __all__ = ["ToyEnv", "COLOR_NAMES"]
 
@@ -32,7 +32,6 @@ _COLORS = np.array(
 _POINT = np.array([250, 250, 250], dtype=np.uint8)
 GOAL_RADIUS = 0.1
 SPEED = 0.05
-DEFAULT_MAX_EPISODE_STEPS = 50
 
 
 class ToyEnv(BatchedEnv):

@@ -14,7 +14,10 @@ from envfleet.env import ArraySpec, ObservationSpec
 from envfleet.errors import ConfigError
 from envfleet.plugins import BackendRegistry, BackendSpec, hookimpl
 
-__all__ = ["DEPTH_DTYPES", "ToyConfig", "observation_spec", "envfleet_register_backends"]
+__all__ = ["DEFAULT_MAX_EPISODE_STEPS", "DEPTH_DTYPES", "ToyConfig", "observation_spec", "envfleet_register_backends"]
+
+#: An episode's length in sub-steps when ``max_episode_steps`` is unset.
+DEFAULT_MAX_EPISODE_STEPS = 50
 
 #: What ``train.toy.depth`` takes: "" (no depth observation) or the dtype of ``depth``.
 DEPTH_DTYPES = ("", "uint8", "float32")
@@ -74,6 +77,7 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             },
             envs_per_process=lambda cfg: int(cfg.toy.envs_per_process),
             action_dim=7,
+            max_episode_steps=lambda cfg: DEFAULT_MAX_EPISODE_STEPS,
             implements={"auto_reset", "ignore_terminations", "render"},
             api_version="2.0",  # the envfleet plugin API it is written for
             package="envfleet-toy",
