@@ -19,9 +19,10 @@ string). The design, in short (the README has the long version):
 - **Episodes** follow :class:`envfleet.episodes.EpisodeTracker`. Isaac Lab would reset
   a terminated env inside ``step()``; while stepping, the env's ``_reset_idx`` is
   replaced by a recorder that does nothing, so no env is ever reset behind
-  envfleet's back. An env whose episode ended is *held*: it gets zero actions and,
-  after every later sub-step, its scene state from the moment it finished is
-  written back; its flags, reward 0 and observation are those of the tracker.
+  envfleet's back. An env whose episode ended is *held* (:mod:`envfleet_isaac.held`):
+  it gets zero actions and, after every later sub-step, its scene state from the
+  moment it finished is written back; its flags, reward 0 and observation are those
+  of the tracker.
 - **Rendering.** Cameras are lazy sensors: they render when their data is read.
   ``render: last`` reads them once per chunk, ``render: all`` after every sub-step;
   both return the same images (a held env shows its final frame in both).
@@ -41,11 +42,12 @@ from envfleet.batched_env import BatchedEnv
 from envfleet.env import ChunkStepResult, EnvContext, ObservationSpec, ResetResult
 from envfleet.validation import StateTable, check_actions, check_reset_ids
 
+from .held import FrozenObservations, HeldEnvs
 from .launch import SimulationRuntime
 from .plugin import camera_map, observation_spec, task_name
-from .state_bank import POSITION_QUANTUM, build_state_bank, derive_seed
+from .state_bank import POSITION_QUANTUM, build_state_bank, derive_seed, restore_from_bank
 from .task_config import load_env_cfg
-from .tensors import State, as_torch, assign_rows, map_arrays
+from .tensors import as_torch, map_arrays
 
 # build_state_bank, derive_seed, load_env_cfg and POSITION_QUANTUM live in state_bank.py and
 # task_config.py; they stay importable from here.
@@ -83,8 +85,7 @@ class IsaacEnv(BatchedEnv):
         self._stepping = False
         self.init_observations(self._spec)
         self._obs_t = {k: torch.from_numpy(v) for k, v in self.obs.items()}
-        self._held_mask = np.zeros(self.num_envs, dtype=bool)
-        self._held_state: State | None = None
+        self._held = HeldEnvs(self.num_envs)
         try:
             self._build(cfg)
         except BaseException:
@@ -232,7 +233,7 @@ class IsaacEnv(BatchedEnv):
         every = np.arange(n)
         self._restore_bank(every, state_ids)
         self.tracker.begin(every, state_ids, np.zeros(n, dtype=np.int64))
-        self._held_mask[:] = False
+        self._held.release()
         # Noise models and other in-step randomness restart from the same point for the same ids.
         self.env.seed(derive_seed(self.seed, self.ctx.rank, self.ctx.stage_id, self.ctx.env_offset, *state_ids.tolist()))
         self._write_rows(None, self._state_from(self._compute_obs()), self._read_cameras())
@@ -252,8 +253,7 @@ class IsaacEnv(BatchedEnv):
         t.start_chunk(chunk)
         touched = t.active().copy()
         ended = np.zeros(n, dtype=bool)  # envs whose episode ended during this chunk
-        frozen_state: torch.Tensor | None = None
-        frozen_images: dict[str, torch.Tensor] = {}
+        frozen = FrozenObservations()
         last_obs: Any = None
         images: dict[str, torch.Tensor] | None = None
         no_success = np.zeros(n, dtype=bool)
@@ -262,41 +262,32 @@ class IsaacEnv(BatchedEnv):
             if not live.any():  # every env has finished: nothing to simulate
                 t.record(k, live, no_success)
                 continue
-            held = self._held_mask.copy()
+            held = self._held.mask.copy()
             action = acts[:, k]
             if held.any():
-                action = action * torch.as_tensor(~held, device=device).unsqueeze(-1)  # finished envs ignore their actions
+                action = self._held.mask_actions(action, held)
             obs, terminated = self._step(action)
             t.record(k, live, self._success(terminated))
             newly = live & t.done
             last_obs = obs
             if held.any():
-                self._restore_held(held)
+                self._held.restore(self.env.scene, held, device)
             rows = torch.as_tensor(np.nonzero(newly)[0], device=device)
             if newly.any():
-                self._hold(newly)
+                self._held.hold(self.env.scene, newly, device)
                 ended |= newly
-                state = self._state_from(obs)
-                if frozen_state is None:
-                    frozen_state = torch.zeros_like(state)
-                frozen_state[rows] = state[rows]
+                frozen.keep_state(rows, self._state_from(obs))
             if self.render_all:
                 images = self._read_cameras()
                 if newly.any():
-                    for key, img in images.items():
-                        if key not in frozen_images:
-                            frozen_images[key] = torch.zeros_like(img)
-                        frozen_images[key][rows] = img[rows]
+                    frozen.keep_images(rows, images)
         flags = t.end_chunk()
         if touched.any() and last_obs is not None:
-            state = self._state_from(last_obs)  # the observation of the last simulated sub-step
-            if frozen_state is not None:
-                state = torch.where(torch.as_tensor(ended, device=device).unsqueeze(-1), frozen_state, state)
+            state = frozen.apply_state(ended, self._state_from(last_obs))  # the last simulated sub-step's
             if images is None:  # render: last -- the only camera read of the chunk
                 images = self._read_cameras()
-            elif frozen_images:
-                mask = torch.as_tensor(ended, device=device).view(-1, 1, 1, 1)
-                images = {key: torch.where(mask, frozen_images[key], img) for key, img in images.items()}
+            else:
+                images = frozen.apply_images(ended, images)
             self._write_rows(None if touched.all() else np.nonzero(touched)[0], state, images)
         if self.cycle is not None and flags.ended.any():
             self._auto_reset(np.nonzero(flags.ended)[0], flags.infos)
@@ -316,8 +307,7 @@ class IsaacEnv(BatchedEnv):
         return {
             **self.episode_state(),
             "scene": map_arrays(env.scene.get_state(is_relative=False), cpu),
-            "held_state": None if self._held_state is None else map_arrays(self._held_state, cpu),
-            "held_mask": self._held_mask.copy(),
+            **self._held.get_state(cpu),
             "buffers": {name: cpu(getattr(env, name)) for name in self._saved_buffers()},
             "counters": {name: int(getattr(env, name)) for name in ("common_step_counter", "_sim_step_counter") if hasattr(env, name)},
             "rng": {"torch": torch.get_rng_state().numpy(), "numpy": np.random.get_state(), "python": random.getstate()},
@@ -334,8 +324,7 @@ class IsaacEnv(BatchedEnv):
             setattr(env, name, value)
         env.sim.forward()
         env.scene.update(dt=0.0)
-        self._held_state = None if state["held_state"] is None else map_arrays(state["held_state"], to_dev)
-        self._held_mask = np.array(state["held_mask"], dtype=bool)
+        self._held.load_state(state, to_dev)
         self.load_episode_state(state)
         torch.set_rng_state(torch.from_numpy(np.asarray(state["rng"]["torch"])))
         np.random.set_state(state["rng"]["numpy"])
@@ -417,47 +406,13 @@ class IsaacEnv(BatchedEnv):
         return out
 
     def _restore_bank(self, env_idx: np.ndarray, state_ids: np.ndarray) -> None:
-        """Put bank states ``state_ids`` into envs ``env_idx`` and refresh the scene for reading."""
-        env = self.env
-        device = env.device
-        ids = torch.as_tensor(env_idx, dtype=torch.int32, device=device)
-        sids = torch.as_tensor(state_ids, dtype=torch.long, device=device)
-        env.scene.reset(ids)
-        env.scene.reset_to(map_arrays(self._bank, lambda t: t[sids]), ids, is_relative=True)
-        rows = ids.long()
-        for name, bank in self._bank_buffers.items():
-            getattr(env, name)[rows] = bank[sids]
-        length = getattr(env, "episode_length_buf", None)
-        if isinstance(length, torch.Tensor):
-            length[rows] = 0
-        for name in ("reset_buf", "reset_terminated", "reset_time_outs"):
-            flag = getattr(env, name, None)
-            if isinstance(flag, torch.Tensor):
-                flag[rows] = False
-        env.sim.forward()
-        env.scene.update(dt=0.0)  # marks the cameras outdated so that the next read renders the new scene
-
-    def _hold(self, newly: np.ndarray) -> None:
-        """Remember the scene state of envs whose episode just ended (absolute, for the same env)."""
-        current = self.env.scene.get_state(is_relative=False)
-        if self._held_state is None:
-            self._held_state = map_arrays(current, lambda t: t.clone())
-        else:
-            assign_rows(self._held_state, current, torch.as_tensor(np.nonzero(newly)[0], device=self.env.device))
-        self._held_mask |= newly
-
-    def _restore_held(self, held: np.ndarray) -> None:
-        """Write the held envs' final state back after a sub-step moved them."""
-        assert self._held_state is not None
-        ids = torch.as_tensor(np.nonzero(held)[0], dtype=torch.int32, device=self.env.device)
-        rows = ids.long()
-        self.env.scene.reset_to(map_arrays(self._held_state, lambda t: t[rows]), ids, is_relative=False)
+        restore_from_bank(self.env, self._bank, self._bank_buffers, env_idx, state_ids)
 
     def _auto_reset(self, idx: np.ndarray, infos: dict[str, np.ndarray]) -> None:
         sids = self.next_state_ids(idx)
         self._restore_bank(idx, sids)
         self.tracker.begin(idx, sids, np.zeros(len(idx), dtype=np.int64))
-        self._held_mask[idx] = False
+        self._held.release(idx)
         self._write_rows(idx, self._state_from(self._compute_obs()), self._read_cameras())
         infos["reset_state_id"][idx] = sids
 

@@ -16,7 +16,7 @@ import torch
 
 from .tensors import State, map_arrays
 
-__all__ = ["POSITION_QUANTUM", "build_state_bank", "derive_seed"]
+__all__ = ["POSITION_QUANTUM", "build_state_bank", "derive_seed", "restore_from_bank"]
 
 #: Bank positions are multiples of this (metres): exact under + / - of env origins that are
 #: multiples of it too (e.g. an env spacing of 1.5 m), for worlds smaller than 256 m.
@@ -51,6 +51,27 @@ def build_state_bank(
     bank: State = _stack(rows)
     _quantize_positions(bank)
     return bank, {name: torch.cat(parts) for name, parts in captured.items()}
+
+
+def restore_from_bank(env: Any, bank: State, bank_buffers: dict[str, torch.Tensor], env_idx: np.ndarray, state_ids: np.ndarray) -> None:
+    """Put bank states ``state_ids`` into envs ``env_idx`` of ``env`` and refresh the scene for reading."""
+    device = env.device
+    ids = torch.as_tensor(env_idx, dtype=torch.int32, device=device)
+    sids = torch.as_tensor(state_ids, dtype=torch.long, device=device)
+    env.scene.reset(ids)
+    env.scene.reset_to(map_arrays(bank, lambda t: t[sids]), ids, is_relative=True)
+    rows = ids.long()
+    for name, captured in bank_buffers.items():
+        getattr(env, name)[rows] = captured[sids]
+    length = getattr(env, "episode_length_buf", None)
+    if isinstance(length, torch.Tensor):
+        length[rows] = 0
+    for name in ("reset_buf", "reset_terminated", "reset_time_outs"):
+        flag = getattr(env, name, None)
+        if isinstance(flag, torch.Tensor):
+            flag[rows] = False
+    env.sim.forward()
+    env.scene.update(dt=0.0)  # marks the cameras outdated so that the next read renders the new scene
 
 
 def _stack(rows: list[State]) -> State:
