@@ -40,11 +40,17 @@ torch.Size([8, 2])
 
 from __future__ import annotations
 
+import importlib.util
+
 from ..errors import MissingExtraError
 
 try:
-    import tensordict  # noqa: F401
     import torch  # noqa: F401
+
+    # tensordict is imported where a TensorDict is first built (values.new_tensordict):
+    # here only its presence is checked.
+    if importlib.util.find_spec("tensordict") is None:
+        raise ImportError("No module named 'tensordict'")
 except ImportError as exc:
     raise MissingExtraError(
         f"envfleet.dataproto (DataProto) needs torch and tensordict, and importing them failed ({exc}): "

@@ -12,14 +12,16 @@ import copy
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import numpy as np
 import torch
-from tensordict import TensorDict
 
 from ..errors import DataProtoError, DataProtoKeyError
-from .values import _as_numpy, _common_size, _keys, _require_keys, _values_equal, list_of_dict_to_dict_of_list
+from .values import _as_numpy, _common_size, _keys, _require_keys, _values_equal, list_of_dict_to_dict_of_list, new_tensordict
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
 
 __all__ = ["AUTO_PADDING_KEY", "DataProtoConfig", "DataProtoCore", "DataProtoItem"]
 
@@ -86,7 +88,7 @@ class DataProtoCore:
         if self._lazy is not None:
             columns, size = self._lazy
             self._lazy = None
-            self._batch = TensorDict(
+            self._batch = new_tensordict(
                 {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in columns.items()}, batch_size=[size]
             )
         return self._batch
@@ -140,7 +142,7 @@ class DataProtoCore:
             for key, value in tensors.items():
                 if not isinstance(value, torch.Tensor):
                     raise TypeError(f"tensors[{key!r}] must be a torch.Tensor, got {type(value).__name__}")
-            batch = TensorDict(tensors, batch_size=[size])
+            batch = new_tensordict(tensors, batch_size=[size])
         meta = dict(meta_info or {})
         if auto_padding:
             meta[AUTO_PADDING_KEY] = True

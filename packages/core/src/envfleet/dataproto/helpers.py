@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
-from tensordict import TensorDict
 
 from ..errors import DataProtoError
 from .proto import DataProto
+from .values import new_tensordict
+
+if TYPE_CHECKING:
+    pass
 
 __all__ = ["fold_batch_dim", "pad_dataproto_to_divisor", "unfold_batch_dim", "unpad_dataproto"]
 
@@ -24,7 +27,7 @@ def fold_batch_dim(data: _D, new_batch_size: int) -> _D:
     group = n // new_batch_size
     batch = None
     if data.batch is not None:
-        batch = TensorDict(
+        batch = new_tensordict(
             {str(k): v.reshape(new_batch_size, group, *v.shape[1:]) for k, v in data.batch.items()},
             batch_size=[new_batch_size],
             device=data.batch.device,
@@ -51,7 +54,7 @@ def unfold_batch_dim(data: _D, batch_dims: int = 2) -> _D:
     rows = math.prod(lead) if lead is not None else 0
     batch = None
     if data.batch is not None:
-        batch = TensorDict(
+        batch = new_tensordict(
             {k: v.reshape(rows, *v.shape[batch_dims:]) for k, v in columns.items()}, batch_size=[rows], device=data.batch.device
         )
     non_tensor = {k: v.reshape(rows, *v.shape[batch_dims:]) for k, v in data.non_tensor_batch.items()}

@@ -13,16 +13,18 @@ from __future__ import annotations
 import os
 import pickle
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from tensordict import TensorDict
 
 from ..errors import DataProtoError
 from .core import DataProtoItem
 from .pickling import join_after_reduce, pack_state, split_for_reduce, unpack_state
 from .values import _stack_rows, list_of_dict_to_dict_of_list
 from .verl_surface import VerlSurface
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
 
 __all__ = ["DataProto", "collate_fn"]
 

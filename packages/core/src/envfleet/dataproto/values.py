@@ -7,15 +7,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict
 
 from ..errors import DataProtoError, DataProtoKeyError
 
-__all__ = ["list_of_dict_to_dict_of_list"]
+if TYPE_CHECKING:
+    from tensordict import TensorDict
+
+__all__ = ["list_of_dict_to_dict_of_list", "new_tensordict"]
+
+
+def new_tensordict(source: Mapping[str, Any], **kwargs: Any) -> TensorDict:
+    """``TensorDict(source, **kwargs)``, importing tensordict on first use.
+
+    tensordict's import pulls in torch._dynamo and sympy (about 80 MiB and 900 modules
+    in a process that has torch already): an EnvWorker actor, which only forwards numpy
+    columns (a DataProto builds its TensorDict when ``batch`` is first read), never pays for it.
+    """
+    from tensordict import TensorDict
+
+    return TensorDict(source, **kwargs)
 
 
 def _object_array(values: Sequence[Any]) -> np.ndarray:

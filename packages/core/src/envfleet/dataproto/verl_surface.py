@@ -8,15 +8,17 @@ semantics (verl at commit b178a3c) and envfleet's errors.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
-from tensordict import TensorDict
 
 from ..errors import DataProtoError, DataProtoKeyError
 from .core import DataProtoCore
-from .values import _key_list, _keys, _require_keys, _stack_rows, _type_info, _values_equal
+from .values import _key_list, _keys, _require_keys, _stack_rows, _type_info, _values_equal, new_tensordict
+
+if TYPE_CHECKING:
+    from tensordict import TensorDict
 
 __all__ = ["VerlSurface"]
 
@@ -70,7 +72,7 @@ class VerlSurface(DataProtoCore):
         for key, arr in self.non_tensor_batch.items():
             source[key] = NonTensorStack.from_list([NonTensorData(row) for row in arr])  # type: ignore[misc]
         try:
-            out = TensorDict(source, batch_size=[len(self)])
+            out = new_tensordict(source, batch_size=[len(self)])
         except IndexError as exc:  # tensordict 0.10 cannot hold an empty NonTensorStack
             raise DataProtoError(
                 f"to_tensordict: this tensordict cannot hold the empty non-tensor columns {sorted(self.non_tensor_batch)} "
@@ -257,7 +259,7 @@ class VerlSurface(DataProtoCore):
 
         new_batch = None
         if batch is not None:
-            new_batch = TensorDict(
+            new_batch = new_tensordict(
                 {str(k): unfold(str(k), v) for k, v in batch.items()}, batch_size=[len(self) * n_split], device=batch.device
             )
         return self._like(new_batch, {k: unfold(k, v) for k, v in self.non_tensor_batch.items()})
