@@ -4,6 +4,12 @@ A ``ray.cluster_utils.Cluster`` on this machine (loopback only): the head node r
 driver, four simulator nodes of ``{"sim": 16}`` hold the workers (a quarter of a logical
 CPU each). The env is the toy backend with ``toy.frozen`` (a step simulates nothing), so
 what is timed is envfleet's and Ray's own cost per call.
+
+Environment variables for a short check (the defaults are the full section):
+``ENVFLEET_BENCH_FLEET_WORKERS`` (comma-separated sizes, e.g. ``1,4,16``),
+``ENVFLEET_BENCH_FLEET_REPS`` (a factor on the calls per size, e.g. ``0.2``) and
+``ENVFLEET_BENCH_FLEET_RESERVE_GIB`` (memory left to the rest of the machine, 4 by default:
+a size whose workers would leave less is skipped, and the section says so).
 """
 
 from __future__ import annotations
@@ -19,8 +25,12 @@ from configs import toy_overrides
 
 SIM_NODES = 4
 SLOTS = 16  # workers per simulator node
-WORKERS = (1, 4, 16, 64)
+WORKERS = tuple(int(w) for w in os.environ.get("ENVFLEET_BENCH_FLEET_WORKERS", "1,4,16,64").split(","))
 STAGES = (1, 2)
+MAX_STAGED_WORKERS = 16  # sizes above this run 1 stage only (64 x 2 stages: 128 actors' worth of simulators)
+REPS = float(os.environ.get("ENVFLEET_BENCH_FLEET_REPS", "1"))
+RESERVE = float(os.environ.get("ENVFLEET_BENCH_FLEET_RESERVE_GIB", "4")) * 2**30
+OBJECT_STORE_BYTES = 256 * 2**20  # per node: results of 2 toy envs are small, and 5 nodes' default 30% of RAM each oversubscribe /dev/shm
 FAST_NODE_DEATH = {
     "health_check_initial_delay_ms": 1000,
     "health_check_period_ms": 1000,
@@ -56,7 +66,7 @@ def _cfg(stages: int) -> Any:
 
 
 def _add_sim_node(cluster: Any) -> Any:
-    return cluster.add_node(num_cpus=SLOTS, resources={"sim": SLOTS}, node_ip_address="127.0.0.1")
+    return cluster.add_node(num_cpus=SLOTS, resources={"sim": SLOTS}, node_ip_address="127.0.0.1", object_store_memory=OBJECT_STORE_BYTES)
 
 
 def _pss(pid: int) -> int:
@@ -68,13 +78,35 @@ def _pss(pid: int) -> int:
         return 0
 
 
+def _descendants(pid: int) -> list[int]:
+    """``pid``'s child processes and theirs (shards, multiprocessing's resource tracker)."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                kids = [int(k) for k in fh.read().split()]
+        except OSError:
+            continue
+        for kid in kids:
+            out += [kid, *_descendants(kid)]
+    return out
+
+
 def _worker_bytes(group: Any) -> float:
-    """Mean PSS of one worker: its actor process and its simulator processes."""
+    """Mean PSS of one worker: its actor process and every process under it (its simulators)."""
     total = 0
     for info in group.node_info():
-        pids = [info["pid"]] + [p for stages in info["shard_pids"].values() for stage in stages for p in stage if p]
-        total += sum(_pss(p) for p in pids)
+        total += sum(_pss(p) for p in {info["pid"], *_descendants(info["pid"])})
     return total / group.num_workers
+
+
+def _skip(skipped: list[str], why: str) -> None:
+    skipped.append(why)
+    print(f"fleet: skipped {why}", flush=True)
 
 
 def _available() -> int:
@@ -141,11 +173,16 @@ def run() -> None:
         for stages in STAGES:
             cfg = _cfg(stages)
             for workers in WORKERS:
-                if stages > 1 and workers > 16:
-                    continue  # 64 workers x 2 stages = 128 simulator processes: more memory than this machine shares out
-                # This machine is shared: leave 4 GiB to everyone else.
-                if per_worker and _available() - workers * per_worker * stages < 4 * 2**30:
-                    skipped.append(f"{workers} workers x {stages} stages (needs ~{workers * per_worker * stages / 2**30:.1f} GiB)")
+                if stages > 1 and workers > MAX_STAGED_WORKERS:
+                    _skip(skipped, f"{workers} workers x {stages} stages (sizes above {MAX_STAGED_WORKERS} workers run 1 stage)")
+                    continue
+                need = workers * per_worker * stages
+                if per_worker and _available() - need < RESERVE:
+                    _skip(
+                        skipped,
+                        f"{workers} workers x {stages} stages (needs ~{need / 2**30:.1f} GiB at {per_worker / 2**20:.0f} MiB "
+                        f"per worker stage, {_available() / 2**30:.1f} GiB available, {RESERVE / 2**30:.0f} GiB kept free)",
+                    )
                     continue
                 t0 = time.perf_counter()
                 group = EnvWorkerGroup(cfg, num_workers=workers, cpus_per_worker=0.25, resources={"sim": 1}, strategy="SPREAD")
@@ -155,9 +192,9 @@ def run() -> None:
                     _reset(group)
                     start_s = time.perf_counter() - t0
                     per_worker = _worker_bytes(group) / stages
-                    calls = max(20, 400 // workers)
+                    calls = max(5, int(max(20, 400 // workers) * REPS))
                     wall, cpu = _per_call(group, calls)
-                    piped = _pipelined(group, max(10, 200 // workers)) if stages > 1 else wall
+                    piped = _pipelined(group, max(3, int(max(10, 200 // workers) * REPS))) if stages > 1 else wall
                 finally:
                     group.shutdown()
                 if stages == 1:
@@ -177,7 +214,7 @@ def run() -> None:
                 )
                 print(rows[-1], flush=True)
         top = max(base)
-        extra["ratio_top_to_4"] = {"workers": top, "ratio": base[top] / base[4]}
+        extra["ratio_top_to_4"] = {"workers": top, "ratio": base[top] / base[4] if 4 in base else float("nan")}
         extra["skipped"] = skipped
         extra["lane"] = _lane_against_cross_node()
         extra["recovery"] = _recovery(cluster, nodes)
@@ -194,7 +231,7 @@ def run() -> None:
             "The machine's 2 cores are shared by every node and worker: at 64 workers the wall time is the work of 64 actors "
             "on 2 cores, not the group's fan-out.",
             f"Target: step wall at 64 workers <= 8x its value at 4 workers: at {top} workers "
-            f"{extra['ratio_top_to_4']['ratio']:.1f}x." + (f" Not run for want of memory: {', '.join(skipped)}." if skipped else ""),
+            f"{extra['ratio_top_to_4']['ratio']:.1f}x." + (f" Skipped: {'; '.join(skipped)}." if skipped else ""),
             "driver CPU: CPU seconds of the driver process per call (the group's split, submission, waiting and concat, "
             "and Ray's threads in the driver).",
             f"One worker, 1 stage: local lane (worker on the driver's node) {lane['lane_ms']:.2f} ms, "
@@ -228,7 +265,7 @@ def _lane_against_cross_node() -> dict[str, float]:
             _reset(g)
         for _ in range(5):  # alternate, so that a slow spell of the machine hits all three
             for key, g in groups.items():
-                out[key].append(_per_call(g, 100)[0] * 1e3)
+                out[key].append(_per_call(g, max(10, int(100 * REPS)))[0] * 1e3)
     finally:
         for g in groups.values():
             g.shutdown()
@@ -240,7 +277,7 @@ def _recovery(cluster: Any, nodes: list[Any]) -> dict[str, Any]:
     from envfleet_ray.group import EnvWorkerGroup
 
     cfg = _cfg(1)
-    workers = 16
+    workers = min(16, max(WORKERS))  # a short check with fewer sizes loses a node of fewer workers
     group = EnvWorkerGroup(cfg, num_workers=workers, cpus_per_worker=0.25, resources={"sim": 1}, strategy="SPREAD", max_restarts=workers)
     try:
         group.init_worker()
