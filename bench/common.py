@@ -41,6 +41,19 @@ def timed(fn: Callable[[], Any], repeat: int, warmup: int = 3) -> float:
     return float(np.median(batches))
 
 
+def comparison_row(case: str, ours_label: str, ours_s: float, theirs_label: str, theirs_s: float) -> dict[str, Any]:
+    """One table row comparing two ways of making the same call: each one's milliseconds, then what the
+    second adds to the first, in ms and in % (``ours_s`` and ``theirs_s`` in seconds per call).
+    """
+    return {
+        "case": case,
+        f"{ours_label} (ms)": ours_s * 1e3,
+        f"{theirs_label} (ms)": theirs_s * 1e3,
+        "added (ms)": (theirs_s - ours_s) * 1e3,
+        "added (%)": (theirs_s / ours_s - 1) * 100,
+    }
+
+
 def write(section: str, rows: list[dict[str, Any]], notes: list[str], extra: dict[str, Any] | None = None) -> None:
     """Print a table and write docs/benchmarks/<section>.json and .md."""
     os.makedirs(OUT, exist_ok=True)

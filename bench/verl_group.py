@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 import ray
-from configs import toy_overrides  # bench/ is this script's directory, first on sys.path
+from common import comparison_row  # bench/ is this script's directory, first on sys.path
+from configs import toy_overrides
 from omegaconf import OmegaConf
 from verl import DataProto as VerlDataProto
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
@@ -95,13 +96,7 @@ def step_cost(label: str, overrides: list[str], repeat: int) -> dict[str, Any]:
         ours.shutdown()
         for worker in theirs.workers:
             ray.kill(worker)
-    return {
-        "case": label,
-        "envfleet's group (ms)": a * 1e3,
-        "verl's group (ms)": b * 1e3,
-        "added (ms)": (b - a) * 1e3,
-        "added (%)": (b / a - 1) * 100,
-    }
+    return comparison_row(label, "envfleet's group", a, "verl's group", b)
 
 
 def overlap(label: str, overrides: list[str], repeat: int) -> dict[str, Any]:
