@@ -1,8 +1,17 @@
-"""A step through verl-vla's order of calls (verl 0.7.1's RayWorkerGroup over
-``envfleet_ray.verl_vla.EnvWorker``, as verl-vla's ``TrainCluster`` builds its Env role)
-against the same step through envfleet's own EnvWorkerGroup. Run in tests-verl's venv with
-verl 0.7.1 first on PYTHONPATH (``bench/run.py verl`` starts it, as ``nox -s tests-verl-vla``
-does); prints one JSON object ``{"rows": [...]}``.
+"""verl-vla's side of the `verl` bench section; prints one JSON object ``{"rows": [...], "rollout": [...]}``.
+
+- ``rows``: a step through verl-vla's order of calls (verl 0.7.1's RayWorkerGroup over
+  ``envfleet_ray.verl_vla.EnvWorker``, as verl-vla's ``TrainCluster`` builds its Env role) against
+  the same step through envfleet's own EnvWorkerGroup: the toy, and LIBERO's first reset and steady
+  state apart.
+- ``rollout`` (only with ``ENVFLEET_VERL_VLA``, a verl-vla checkout, whose ``src`` goes on the
+  path): a rollout in ``TrainCluster``'s order (``init_worker``, ``reset_env``, then
+  ``env_interact_step`` calls) over envfleet's adapter against the same over verl-vla's own
+  ``EnvWorker`` + ``LiberoEnv``, one typed ``EnvTrainConfig`` for both, alternated in one run.
+
+Run in tests-verl's venv with verl 0.7.1 first on PYTHONPATH (``bench/run.py verl`` starts it, as
+``nox -s tests-verl-vla`` does). ``ENVFLEET_BENCH_REPS`` shortens a check (calls per timed batch
+on LIBERO; default 3); ``ENVFLEET_BENCH_NO_LIBERO`` leaves LIBERO out.
 
     python bench/verl_vla_group.py
 """
@@ -12,15 +21,19 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
+import time
 from typing import Any
 
 import numpy as np
 import ray
 import torch
-from configs import toy_overrides  # bench/ is this script's directory, first on sys.path
+from common import comparison_row  # bench/ is this script's directory, first on sys.path
+from configs import toy_overrides
 from verl import DataProto as VerlDataProto
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from verl_group import alternated
+from verl_vla_libero import torch_init_states
 
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
@@ -28,6 +41,31 @@ from envfleet.plugins import list_backends
 from envfleet_ray import init_ray
 from envfleet_ray.group import EnvWorkerGroup
 from envfleet_ray.verl_vla import EnvWorker
+
+CHECKOUT = os.environ.get("ENVFLEET_VERL_VLA", "")
+REPS = int(os.environ.get("ENVFLEET_BENCH_REPS", "3"))
+N, HW, CHUNK = 2, 128, 8  # LIBERO: 2 envs of libero_spatial, 128x128, chunk 8
+LIBERO = [
+    "train.simulator_type=libero",
+    "train.task_suite_name=libero_spatial",
+    f"train.num_envs={N}",
+    f"train.init_params.camera_heights={HW}",
+    f"train.init_params.camera_widths={HW}",
+    f"actor.model.num_action_chunks={CHUNK}",
+    "train.max_episode_steps=100000",
+    "train.settle_steps=10",
+    "train.libero.settle_action=zeros",
+]
+LIBERO_SIM = {
+    "simulator_type": "libero",
+    "libero": {
+        "task_suite_name": "libero_spatial",
+        "max_episode_steps": 100000,
+        "camera_heights": HW,
+        "camera_widths": HW,
+        "task_ids": [0],
+    },
+}
 
 
 def vla_config(simulator: dict[str, Any], num_envs: int) -> dict[str, Any]:
@@ -38,20 +76,39 @@ def vla_config(simulator: dict[str, Any], num_envs: int) -> dict[str, Any]:
     }
 
 
-def step_cost(label: str, overrides: list[str], simulator: dict[str, Any], repeat: int) -> dict[str, Any]:
-    """The same env stepped through both groups, both up at once and timed in alternating batches."""
+def env_role(worker: type, config: Any) -> RayWorkerGroup:
+    """The Env role as verl-vla's TrainCluster builds it, one worker on a CPU pool of its own."""
+    pool = RayResourcePool(process_on_nodes=[1], use_gpu=False, max_colocate_count=1)
+    cls = RayClassWithInitArgs(cls=ray.remote(worker), config=config, role="env")
+    return RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, device_name="cpu")
+
+
+def close_role(group: RayWorkerGroup) -> None:
+    """verl-vla's TrainCluster.shutdown(): kill the actors (envfleet's worker cleans up after itself)."""
+    for worker in group.workers:
+        ray.kill(worker)
+
+
+def once(fn: Any) -> float:
+    """Seconds one call of ``fn`` takes."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def step_cost(label: str, overrides: list[str], simulator: dict[str, Any], repeat: int) -> list[dict[str, Any]]:
+    """The same env stepped through both groups, both up at once and timed in alternating batches;
+    with ``first_reset``, a row for each one's first reset too."""
     cfg = load_config(overrides=overrides)
     n, chunk = int(cfg.train.num_envs), int(cfg.actor.model.num_action_chunks)
     ours = EnvWorkerGroup(cfg, num_workers=1)
-    pool = RayResourcePool(process_on_nodes=[1], use_gpu=False, max_colocate_count=1)
-    cls = RayClassWithInitArgs(cls=ray.remote(EnvWorker), config=vla_config(simulator, n), role="env")
-    theirs = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, device_name="cpu")
+    theirs = env_role(EnvWorker, vla_config(simulator, n))
     try:
         ours.init_worker()
         ours.init_simulator()
         theirs.init_worker()
-        ours.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": np.arange(n)})).get()
-        theirs.reset_env(mode="train").get()
+        reset_ours = once(lambda: ours.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": np.arange(n)})).get())
+        reset_theirs = once(lambda: theirs.reset_env(mode="train").get())
         ours_data = DataProto.from_dict(non_tensors={"actions": np.zeros((n, chunk, 7), np.float32)}, meta_info={"stage_id": 0})
         theirs_data = VerlDataProto.from_dict(tensors={"action": torch.zeros(n, chunk, 7)}, meta_info={"stage_id": 0})
 
@@ -65,48 +122,91 @@ def step_cost(label: str, overrides: list[str], simulator: dict[str, Any], repea
     finally:
         theirs.close()
         ours.shutdown()
-        for worker in theirs.workers:
-            ray.kill(worker)
-    return {
-        "case": label,
-        "envfleet's group (ms)": a * 1e3,
-        "verl-vla's order (ms)": b * 1e3,
-        "added (ms)": (b - a) * 1e3,
-        "added (%)": (b / a - 1) * 100,
-    }
+        close_role(theirs)
+    rows = [comparison_row(f"{label}, steady-state step", "envfleet's group", a, "verl-vla's order", b)]
+    if "libero" in label.lower():
+        rows.insert(0, comparison_row(f"{label}, first reset", "envfleet's group", reset_ours, "verl-vla's order", reset_theirs))
+    return rows
+
+
+def typed_config(checkout_src: str) -> Any:
+    """One ``EnvTrainConfig`` of verl-vla's own classes (its ``LiberoSimulatorConfig`` in its
+    ``SimulatorConfig``), given unchanged to both workers."""
+    sys.path.insert(0, checkout_src)
+    from verl_vla.envs.libero.config import LiberoSimulatorConfig
+    from verl_vla.recorder.config import RecorderConfig
+    from verl_vla.train_cluster.config import EnvLoopConfig, EnvTrainConfig
+    from verl_vla.workers.env.config import EnvWorkerConfig, SimulatorConfig
+
+    libero = LiberoSimulatorConfig(
+        task_suite_name="libero_spatial", task_ids=[0], max_episode_steps=100000, camera_heights=HW, camera_widths=HW, reset_warmup_steps=10
+    )
+    worker = EnvWorkerConfig(
+        num_envs=N,
+        modes=["train"],
+        device="cpu",
+        simulator=SimulatorConfig(simulator_type="libero", libero=libero),
+        recorder=RecorderConfig(enable=False),
+    )
+    return EnvTrainConfig(env_loop=EnvLoopConfig(pipeline_stage_num=1, max_interactions=10), env_worker=worker)
+
+
+def rollout_cost(config: Any, repeat: int) -> list[dict[str, Any]]:
+    """TrainCluster's order over envfleet's adapter and over verl-vla's own EnvWorker + LiberoEnv."""
+    from verl_vla.workers.env.env_worker import EnvWorker as TheirWorker
+
+    ours = env_role(EnvWorker, config)
+    theirs = env_role(TheirWorker, config)
+    label = f"LIBERO spatial task 0, {N} envs, {HW}x{HW}, chunk {CHUNK}, TrainCluster's order"
+    try:
+        start_ours = once(lambda: ours.init_worker())
+        start_theirs = once(lambda: theirs.init_worker())
+        reset_ours = once(lambda: ours.reset_env(mode="train").get())
+        reset_theirs = once(lambda: theirs.reset_env(mode="train").get())
+        data = VerlDataProto.from_dict(tensors={"action": torch.zeros(N, CHUNK, 7)}, meta_info={"stage_id": 0})
+        a, b = alternated(
+            lambda: ours.env_interact_step(data, mode="train").get(), lambda: theirs.env_interact_step(data, mode="train").get(), repeat
+        )
+    finally:
+        close_role(ours)
+        close_role(theirs)
+    rows = [
+        comparison_row(f"{label}, init_worker", "envfleet's adapter", start_ours, "verl-vla's env worker", start_theirs),
+        comparison_row(f"{label}, first reset_env", "envfleet's adapter", reset_ours, "verl-vla's env worker", reset_theirs),
+        comparison_row(f"{label}, steady-state env_interact_step", "envfleet's adapter", a, "verl-vla's env worker", b),
+    ]
+    for row, (x, y) in zip(rows, ((start_ours, start_theirs), (reset_ours, reset_theirs), (a, b)), strict=True):
+        row["verl-vla / envfleet (x)"] = y / x
+    return rows
 
 
 def main() -> int:
+    src = os.path.join(CHECKOUT, "src") if CHECKOUT else ""
+    tmp = tempfile.TemporaryDirectory(prefix="envfleet-verl-vla-")
+    if src:
+        # Ray's workers (started by init_ray, with this environment) import verl-vla's EnvWorker and
+        # LiberoEnv from the checkout and find the init states where verl-vla's LiberoEnv reads them.
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
+        if "libero" in list_backends():
+            os.environ["LIBERO_CONFIG_PATH"] = torch_init_states(tmp.name, "libero_spatial")
     init_ray(num_cpus=4)
     toy = toy_overrides(2, 64, 8, "train.toy.frozen=true")
     toy_sim = {
         "simulator_type": "toy",
         "envfleet": {"max_episode_steps": 100000, "toy": {"frozen": True}, "init_params": {"camera_heights": 64, "camera_widths": 64}},
     }
-    rows = [step_cost("toy, zero cost (toy.frozen), 2 envs, 64x64, chunk 8", toy, toy_sim, 100)]
+    rows = step_cost("toy, zero cost (toy.frozen), 2 envs, 64x64, chunk 8", toy, toy_sim, 100)
+    rollout: list[dict[str, Any]] = []
+    notes: list[str] = []
     if "libero" in list_backends() and not os.environ.get("ENVFLEET_BENCH_NO_LIBERO"):
-        libero = [
-            "train.simulator_type=libero",
-            "train.task_suite_name=libero_spatial",
-            "train.num_envs=2",
-            "train.init_params.camera_heights=128",
-            "train.init_params.camera_widths=128",
-            "actor.model.num_action_chunks=8",
-            "train.max_episode_steps=100000",
-        ]
-        libero_sim = {
-            "simulator_type": "libero",
-            "libero": {
-                "task_suite_name": "libero_spatial",
-                "max_episode_steps": 100000,
-                "camera_heights": 128,
-                "camera_widths": 128,
-                "task_ids": [0],
-            },
-        }
-        rows.append(step_cost("LIBERO spatial, 2 envs, 128x128, chunk 8, render last", libero, libero_sim, 3))
+        rows += step_cost(f"LIBERO spatial, {N} envs, {HW}x{HW}, chunk {CHUNK}, render last", LIBERO, LIBERO_SIM, REPS)
+        if src:
+            rollout = rollout_cost(typed_config(src), REPS)
+        else:
+            notes.append("verl-vla's own EnvWorker + LiberoEnv not measured: set ENVFLEET_VERL_VLA to a verl-vla checkout")
     ray.shutdown()
-    json.dump({"rows": rows}, sys.stdout)
+    tmp.cleanup()
+    json.dump({"rows": rows, "rollout": rollout, "skipped": notes}, sys.stdout)
     print()
     return 0
 

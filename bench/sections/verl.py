@@ -61,16 +61,28 @@ def _verl_vla(python: str) -> None:
 
 
 def write_verl_vla(result: dict) -> None:
-    """The verl_vla table and notes from ``bench/verl_vla_group.py``'s JSON."""
+    """The verl_vla tables and notes from ``bench/verl_vla_group.py``'s JSON."""
     write(
         "verl_vla",
         result["rows"],
         [
             "A step through verl 0.7.1's RayWorkerGroup over envfleet_ray.verl_vla.EnvWorker, built as verl-vla's TrainCluster "
             "builds its Env role and called as its EnvLoop calls it (env_interact_step(data, mode='train').get(), tensor "
-            "'action'), against the same env through envfleet's own group (local lane); one worker, one stage, alternated "
-            "in batches so that the machine's load hits both. Target: within 5% on LIBERO.",
-            "verl-vla's order costs Ray's task round trip, verl's DataProto pickling and the adapter's key mapping "
-            "(obs.* / next.*); verl-vla's own env worker needs a verl-vla checkout and is not measured here.",
+            "'action'), against the same env through envfleet's own group (local lane); one worker, one stage, steps alternated "
+            "in batches so that the machine's load hits both; the first reset (after the processes started, 10 settle steps of "
+            "all-zero actions) timed once each. Target: steady state within 5% on LIBERO.",
+            "verl-vla's order costs Ray's task round trip, verl's DataProto pickling and the adapter's key mapping (obs.* / next.*).",
+            *result.get("skipped", []),
         ],
     )
+    if result.get("rollout"):
+        write(
+            "verl_vla_rollout",
+            result["rollout"],
+            [
+                "TrainCluster's order of calls (init_worker, reset_env(mode='train'), env_interact_step(data, mode='train')) over "
+                "envfleet_ray.verl_vla.EnvWorker and over verl-vla's own EnvWorker + LiberoEnv (verl-vla 8a18e3f, from "
+                "ENVFLEET_VERL_VLA), each a RayWorkerGroup with role='env', one typed EnvTrainConfig of verl-vla's classes for "
+                "both, same venv, same run; steps alternated in batches. Target: steady state >= 4x verl-vla's own env worker.",
+            ],
+        )
