@@ -36,7 +36,8 @@ def test_following_the_guide_in_a_fresh_venv(tmp_path) -> None:
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = str(env_dir / "bin" / "python")
     pins = str(ROOT / "requirements" / "py311.txt")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # Without PYTHONDONTWRITEBYTECODE (a CI setting, not a user's), each module is compiled once, when first imported.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE")}
     env["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{env['PATH']}"
 
     def run(*cmd: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
@@ -45,8 +46,11 @@ def test_following_the_guide_in_a_fresh_venv(tmp_path) -> None:
         return out
 
     # envfleet itself (core with its testing extra, and the command), pinned; then the guide's package, as a user installs it.
+    # --no-compile: pip would byte-compile every module of Ray and the other dependencies, most never imported here
+    # (most of this install's CPU time).
     core = str(ROOT / "packages" / "core")
-    run(py, "-m", "pip", "install", "-q", "-c", pins, f"envfleet[testing] @ file://{core}", str(ROOT / "packages" / "ray-worker"))
+    envfleet_pkgs = (f"envfleet[testing] @ file://{core}", str(ROOT / "packages" / "ray-worker"))
+    run(py, "-m", "pip", "install", "-q", "--no-compile", "-c", pins, *envfleet_pkgs)
     run(py, "-m", "pip", "install", "-q", "-c", pins, "./envfleet-line")
     envfleet = str(env_dir / "bin" / "envfleet")
     listed = run(envfleet, "backends").stdout
