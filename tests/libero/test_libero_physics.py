@@ -15,7 +15,9 @@ libero_spatial 4 (its drawer starts open), libero_goal 7 (turn on the stove), li
 basket; its task 0 stands for it.
 
 Every simulator runs in a spawned child process: a plain LIBERO env never makes its GL
-context current, so it cannot share a process with another one.
+context current, so it cannot share a process with another one at the same time. The
+references run one after the other in one child kept for the module (each env built and
+closed, as LIBERO's evaluation does), the backend in a fresh child per case beside it.
 """
 
 from __future__ import annotations
@@ -88,19 +90,27 @@ def run_backend(suite: str, state_ids: list[int], actions: np.ndarray) -> dict[s
 
 
 @pytest.fixture(scope="module")
-def pool() -> Iterator[ProcessPoolExecutor]:
-    # A fresh process per job (a LIBERO env is ~1.6 GB); two at a time on this 2-core machine.
-    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1) as ex:
-        yield ex
+def pools() -> Iterator[tuple[ProcessPoolExecutor, ProcessPoolExecutor]]:
+    # Two processes at a time on this 2-core machine (a LIBERO env is ~1.6 GB): the references'
+    # child pays LIBERO's import once for the module; the backend gets a fresh process per case.
+    spawn = multiprocessing.get_context("spawn")
+    with (
+        ProcessPoolExecutor(max_workers=1, mp_context=spawn) as refs,
+        ProcessPoolExecutor(max_workers=1, mp_context=spawn, max_tasks_per_child=1) as backend,
+    ):
+        yield refs, backend
 
 
 @pytest.mark.parametrize("suite,task,trials", CASES, ids=[c[0] for c in CASES])
-def test_fast_loop_equals_libero_alone(suite: str, task: int, trials: list[int], pool: ProcessPoolExecutor) -> None:
+def test_fast_loop_equals_libero_alone(
+    suite: str, task: int, trials: list[int], pools: tuple[ProcessPoolExecutor, ProcessPoolExecutor]
+) -> None:
+    pool, backend = pools
     b = suite_bench(suite)
     first_id = sum(len(b.get_task_init_states(t)) for t in range(task))
     actions = np.stack([random_actions(7919 * j + 1000 * task + trial, CHUNKS, CHUNK) for j, trial in enumerate(trials)])
     refs = [pool.submit(run_libero_alone, suite, task, trial, actions[j]) for j, trial in enumerate(trials)]
-    ours = pool.submit(run_backend, suite, [first_id + t for t in trials], actions).result()
+    ours = backend.submit(run_backend, suite, [first_id + t for t in trials], actions).result()
     assert ours["fast"] == [True, True] and ours["one_scene"], "the envs must run the fast loop on one shared scene"
     assert "physics" not in ours["renderer"], "the fast loop is not part of the fingerprint"
     for j, ref in enumerate(r.result() for r in refs):
