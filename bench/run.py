@@ -12,7 +12,9 @@ envfleet's own; runs in the venv of `nox -s tests-verl` when it exists), datapro
 and pickling of step-sized DataProtos, against the code before verl's whole surface), libero_dense (several
 LIBERO envs per process: memory, first reset, speed, 64 envs), metaworld (MetaWorld in its own venv), maniskill
 (ManiSkill3 in the venv of `nox -s tests-maniskill`), fleet (a group
-of 1 to 64 workers on a 5-node Ray cluster on this machine, and a lost node). Each prints a table and writes
+of 1 to 64 workers on a 5-node Ray cluster on this machine, and a lost node), faces (LIBERO through the
+gymnasium and TorchRL faces against the EnvWorker and against AsyncVectorEnv / ParallelEnv; runs in the
+venv of `nox -s tests-verl`, which has torchrl, when the bench venv has not). Each prints a table and writes
 docs/benchmarks/<section>.md, included by docs/benchmarks.md.
 """
 
@@ -23,7 +25,20 @@ import os
 import sys
 import time
 
-SECTIONS = ("manager", "worker", "pipeline", "libero", "libero_dense", "isaac", "verl", "dataproto", "metaworld", "maniskill", "fleet")
+SECTIONS = (
+    "manager",
+    "worker",
+    "pipeline",
+    "libero",
+    "libero_dense",
+    "isaac",
+    "verl",
+    "dataproto",
+    "metaworld",
+    "maniskill",
+    "fleet",
+    "faces",
+)
 
 # The sections and the modules they share (common, configs) are imported from bench/.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
