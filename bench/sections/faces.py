@@ -302,11 +302,12 @@ def measure() -> dict[str, Any]:
 
 
 def _torchrl_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        import torchrl
-    except ImportError:
+        return version("torchrl")  # torchrl's own __version__ reads 0.0.0+unknown in its 0.10.1 wheel
+    except PackageNotFoundError:
         return None
-    return str(torchrl.__version__)
 
 
 def _write(result: dict[str, Any]) -> None:
@@ -316,22 +317,15 @@ def _write(result: dict[str, Any]) -> None:
     rows = []
     for name, label in LABELS.items():
         if name not in rate:
-            rows.append(
-                {"variant": label, "sub-steps/s": "not run", "x EnvWorker": "-", "median chunk (s)": result["not_run"].get(name, "-")}
-            )
+            reason = result["not_run"].get(name, "-")
+            rows.append({"variant": label, "sub-steps/s": f"not run ({reason})", "x EnvWorker": "-", "median chunk (s)": "-"})
             continue
-        rows.append(
-            {
-                "variant": label,
-                "sub-steps/s": rate[name],
-                "x EnvWorker": rate[name] / worker if worker else "-",
-                "median chunk (s)": float(np.median(times[name])),
-            }
-        )
+        ratio = rate[name] / worker if worker else "-"
+        rows.append({"variant": label, "sub-steps/s": rate[name], "x EnvWorker": ratio, "median chunk (s)": float(np.median(times[name]))})
     notes = [
         f"{N} libero_spatial envs (task 0, trials 0 and 1), {HW}x{HW}, cameras {' and '.join(CAMERAS)}, chunks of {CHUNK} random "
         f"actions; medians of {ROUNDS} chunks per variant, every variant built first, then stepped one chunk each in turn. "
-        f"envfleet's envs run one per process; run under {result['python']} (torchrl {result['torchrl'] or 'not installed'}).",
+        f"envfleet's envs run one per process; run under {os.path.relpath(result['python'], ROOT)} (torchrl {result['torchrl'] or 'not installed'}).",
         "A chunk of the two stacks users run today is 8 steps of one action, each rendering both cameras; envfleet's faces "
         "step one chunk per call and render its last sub-step only.",
     ]
@@ -346,7 +340,8 @@ def _write(result: dict[str, Any]) -> None:
         "assets: its get_assets_path() downloads them from the Hugging Face Hub at first use, which this machine cannot "
         "(no downloads at run time); the lock of `nox -s tests-lerobot` has no LIBERO either."
     )
-    write("faces", rows, notes, {"seconds_per_chunk": times, "not_run": result["not_run"]})
+    extra = {key: result[key] for key in ("seconds_per_chunk", "not_run", "torchrl", "python")}
+    write("faces", rows, notes, extra)
 
 
 if __name__ == "__main__":
