@@ -82,22 +82,15 @@ def envfleet_rate(render: str) -> float:
 
 
 def _make_maniskill() -> Any:
+    from envfleet_maniskill.device import default_icd
+    from envfleet_maniskill.gym_args import reference_kwargs
+
+    os.environ.setdefault("VK_ICD_FILENAMES", default_icd())  # before sapien is imported
     import gymnasium as gym
     import mani_skill.envs  # noqa: F401  (registers the tasks)
     from mani_skill.utils.wrappers.gymnasium import CPUGymWrapper
 
-    from envfleet_maniskill.device import default_icd
-
-    os.environ.setdefault("VK_ICD_FILENAMES", default_icd())
-    env = gym.make(
-        TASK,
-        obs_mode="rgb",
-        control_mode="pd_ee_delta_pose",
-        robot_uids="panda_wristcam",
-        sim_backend="physx_cpu",
-        render_backend="cpu",
-        sensor_configs={"width": SIZE, "height": SIZE},
-    )
+    env = gym.make(TASK, **reference_kwargs(SIZE))  # the arguments the backend builds its envs with
     return CPUGymWrapper(env)
 
 

@@ -32,26 +32,18 @@ def moving_actions(seed: int, n: int, chunks: int = 1) -> np.ndarray:
 
 
 def plain_maniskill(task: str, seed: int, chunks: np.ndarray) -> list[dict[str, np.ndarray]]:
-    """ManiSkill run alone in this process (``gym.make`` with the backend's defaults): images and qpos
+    """ManiSkill run alone in this process (``gym.make`` with the backend's reference arguments): images and qpos
     after ``reset(seed=seed)`` and after each chunk of ``chunks`` (``[c, CHUNK, 7]``, ManiSkill's gripper sign)."""
     import os
 
     from envfleet_maniskill.device import default_icd
+    from envfleet_maniskill.gym_args import reference_kwargs
 
     os.environ.setdefault("VK_ICD_FILENAMES", default_icd())
     import gymnasium as gym
     import mani_skill.envs  # noqa: F401
 
-    env = gym.make(
-        task,
-        obs_mode="rgb",
-        control_mode="pd_ee_delta_pose",
-        robot_uids="panda_wristcam",
-        reward_mode="normalized_dense",
-        sim_backend="physx_cpu",
-        render_backend="cpu",
-        sensor_configs={"width": SIZE, "height": SIZE},
-    )
+    env = gym.make(task, **reference_kwargs(SIZE))
     try:
         out = []
         obs, _ = env.reset(seed=seed)

@@ -26,6 +26,7 @@ from envfleet.validation import StateTable, check_actions, check_reset_ids
 
 from . import device
 from .assets import refuse_downloads
+from .gym_args import make_kwargs
 from .plugin import instruction, observation_spec, task_name
 
 __all__ = ["ManiskillEnv", "DEFAULT_MAX_EPISODE_STEPS", "import_maniskill"]
@@ -74,20 +75,8 @@ class ManiskillEnv(BatchedEnv):
         registered = REGISTERED_ENVS[self.task].max_episode_steps if self.task in REGISTERED_ENVS else None
         horizon = cfg.max_episode_steps or registered or DEFAULT_MAX_EPISODE_STEPS
         h, w = self._spec["full_image"].shape[:2]
-        kwargs: dict[str, Any] = {
-            "obs_mode": self.obs_mode,
-            "reward_mode": str(section.reward_mode),
-            "sim_backend": self.placement.sim_backend,
-            "render_backend": self.placement.render_backend,
-            "sensor_configs": {**dict(section.sensor_configs), "width": w, "height": h},
-            "max_episode_steps": None,  # envfleet counts the horizon (EpisodeTracker); ManiSkill's wrapper would truncate too
-        }
-        if section.control_mode is not None:
-            kwargs["control_mode"] = str(section.control_mode)
-        if section.robot_uids is not None:
-            kwargs["robot_uids"] = str(section.robot_uids)
-        if section.sim_config:
-            kwargs["sim_config"] = dict(section.sim_config)
+        kwargs = make_kwargs(section, self.placement.sim_backend, self.placement.render_backend, h, w)
+        kwargs["max_episode_steps"] = None  # envfleet counts the horizon (EpisodeTracker); ManiSkill's wrapper would truncate too
         self.batches = device.make_batches(self.placement, lambda n: gym.make(self.task, num_envs=n, **kwargs), ctx.num_envs)
         self._check_built()
         self.states = StateTable.contiguous(np.zeros(self.num_state_ids, dtype=np.int64))
