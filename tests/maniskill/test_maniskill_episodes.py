@@ -39,7 +39,8 @@ def _cfg(**maniskill: object) -> object:
 
 def test_same_state_id_same_images_in_two_processes_and_manikill_alone(no_leaks: None) -> None:
     """Two shard processes reset to one state id and given one chunk of actions (LIBERO's gripper sign)
-    hand out the images ManiSkill gives run alone with reset(seed=state id), bit for bit; then a
+    hand out the images ManiSkill gives run alone with reset(seed=state id), bit for bit (the shards
+    with SAPIEN's BRDF table computed once in another process, ManiSkill alone with its own); then a
     killed shard is rebuilt and hands out its fresh reset."""
     chunks = moving_actions(3, 1, chunks=2)[:, 0]  # [2, CHUNK, 7], ManiSkill's sign
     alone = plain_maniskill(TASK, STATE_ID, chunks)
@@ -47,6 +48,8 @@ def test_same_state_id_same_images_in_two_processes_and_manikill_alone(no_leaks:
     libero_sign[..., -1] *= -1
     with ProcessEnvManager(_cfg(gripper_sign="libero"), stage_id=0) as mgr:
         assert len(mgr.shards) == 2, "one env per shard process"
+        # The shards use SAPIEN's table computed once (conftest); ManiSkill alone computed its own.
+        assert mgr.renderer_info()["brdf_lut"] == os.environ["ENVFLEET_MANISKILL_BRDF_LUT"]
         pids = mgr.shard_pids()
         assert len(set(pids)) == 2
         got = [mgr.reset_envs_to_state_ids(np.array([STATE_ID, STATE_ID])).obs]

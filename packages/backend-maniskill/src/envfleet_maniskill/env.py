@@ -24,7 +24,7 @@ from envfleet.batched_env import BatchedEnv
 from envfleet.env import ChunkStepResult, EnvContext, ObservationSpec, ResetResult
 from envfleet.validation import StateTable, check_actions, check_reset_ids
 
-from . import device
+from . import brdf_lut, device
 from .assets import refuse_downloads
 from .gym_args import make_kwargs
 from .plugin import instruction, observation_spec, task_name
@@ -61,6 +61,7 @@ class ManiskillEnv(BatchedEnv):
         self.icd = device.prepare_rendering(self.placement, section.vulkan_icd)  # before sapien is imported
         refuse_downloads(self.task, section.robot_uids)
         gym = import_maniskill()
+        self.brdf_lut = brdf_lut.use_from_env()  # SAPIEN's table computed once elsewhere, if given
         from mani_skill.utils.registration import REGISTERED_ENVS
 
         self._spec = observation_spec(cfg, ctx.num_envs)
@@ -158,7 +159,12 @@ class ManiskillEnv(BatchedEnv):
         return flags.to_result(self.observations(), self.descriptions(self._describe))
 
     def renderer_info(self) -> dict[str, str]:
-        return {"platform": "vulkan", "render_backend": self.placement.render_backend, "vk_icd": self.icd}
+        return {
+            "platform": "vulkan",
+            "render_backend": self.placement.render_backend,
+            "vk_icd": self.icd,
+            "brdf_lut": self.brdf_lut or "computed",
+        }
 
     def get_state(self) -> Any:
         return {**self.episode_state(), "batches": [b.get_state() for b in self.batches], "fail_once": self.fail_once.copy()}
