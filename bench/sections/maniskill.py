@@ -26,7 +26,10 @@ import numpy as np
 # Run as a script by ManiSkill's venv, this module finds bench/ (common) on PYTHONPATH.
 from common import ROOT, rate_in_venv, vector_env_rate, write
 
-NUM_ENVS, SIZE, CHUNK, CHUNKS, WARMUP, ROUNDS = 2, 224, 8, 6, 1, 3
+NUM_ENVS, SIZE, CHUNK, WARMUP = 2, 224, 8, 1
+# A short run to check that the section works: ENVFLEET_BENCH_MANISKILL_ROUNDS=1 ENVFLEET_BENCH_MANISKILL_CHUNKS=1.
+CHUNKS = int(os.environ.get("ENVFLEET_BENCH_MANISKILL_CHUNKS", "6"))
+ROUNDS = int(os.environ.get("ENVFLEET_BENCH_MANISKILL_ROUNDS", "3"))
 TASK = "PushCube-v1"
 TARGET = 5.0  # render last / AsyncVectorEnv, from issue #27
 
