@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 
 import nox
@@ -53,10 +54,13 @@ PACKAGES = ["packages/core", "packages/ray-worker", "packages/backend-libero"]
 TEST_PLUGINS = ["tests/plugins/envfleet-toy", "tests/plugins/envfleet-broken"]
 # A plugin written for the previous plugin API (a MuJoCo arm): only the session that runs its tests installs it.
 OLD_API_PLUGINS = ["tests/plugins/envfleet-reacher"]
+MAIN_LOCK = "requirements/py311.txt"
 VERL_LOCK = "requirements/verl-py311.txt"
 VERL_VLA_LOCK = "requirements/verl-vla-py311.txt"
 MANISKILL_LOCK = "requirements/maniskill-py311.txt"
 LEROBOT_LOCK = "requirements/lerobot-py312.txt"
+# The backends tests-metaworld and tests-maniskill add to the tests session's venv, which that session takes out.
+SIM_SESSION_PLUGINS = ["envfleet-maniskill", "envfleet-metaworld", "envfleet-isaac"]
 RENDER_ENV = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
 # The tests of tests/core that need torch and tensordict (DataProto), which tests-core's light venv has not.
 CORE_TORCH_MODULES = ["test_dataproto.py", "test_dataproto_verl_surface.py", "test_verl_protocol_suite.py"]
@@ -91,10 +95,55 @@ def _shared_venv(session: nox.Session, owner: str, lock: str) -> str:
     return python
 
 
+def _pins(lock: str) -> dict[str, str]:
+    """A lock's pins by normalised project name."""
+    pins = {}
+    with open(lock) as fh:
+        for line in fh:
+            line = line.split("#")[0].strip()
+            if "==" in line:
+                name, version = line.split("==", 1)
+                pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return pins
+
+
+def _verl_overlay(session: nox.Session) -> tuple[str, str]:
+    """The tests session's python and a directory that, first on PYTHONPATH, turns its main lock into
+    verl's lock: what verl's lock pins otherwise or adds (tensordict 0.10, verl and the few packages
+    its single controller imports, torchrl), installed apart with pip's ``--target``. verl's lock
+    repins nothing else (tests/verl/test_lock.py), so no venv of its own is built for it."""
+    python = _shared_venv(session, "tests", MAIN_LOCK)
+    main = _pins(MAIN_LOCK)
+    pins = sorted(f"{name}=={version}" for name, version in _pins(VERL_LOCK).items() if main.get(name) != version)
+    overlay = os.path.join(os.getcwd(), ".nox", "verl-overlay")
+    stamp = os.path.join(overlay, ".envfleet-pins")
+    if not os.path.exists(stamp) or open(stamp).read() != "\n".join(pins):
+        shutil.rmtree(overlay, ignore_errors=True)
+        session.run(python, "-m", "pip", "install", "-q", "--no-deps", "--target", overlay, *pins, external=True)
+        with open(stamp, "w") as fh:
+            fh.write("\n".join(pins))
+    return python, overlay
+
+
+def _python_path(*dirs: str) -> str:
+    """``dirs`` first on PYTHONPATH, before what the caller's environment has there."""
+    return os.pathsep.join(p for p in (*dirs, os.environ.get("PYTHONPATH", "")) if p)
+
+
+def _venv_env(python: str) -> dict[str, str]:
+    """PATH and VIRTUAL_ENV for a session that runs in another session's venv (`venv_backend="none"`),
+    so that the commands its tests start by name (`envfleet`, `pip`) are that venv's."""
+    bindir = os.path.dirname(python)
+    return {"PATH": os.pathsep.join([bindir, os.environ.get("PATH", "")]), "VIRTUAL_ENV": os.path.dirname(bindir)}
+
+
 @nox.session(python=PY311)
 def tests(session: nox.Session) -> None:
     """Everything that runs on Python 3.11 (core, toy, ray-worker, LIBERO, reliability, a plugin of the previous API)."""
     _install_project(session, extra=OLD_API_PLUGINS)
+    # tests-metaworld and tests-maniskill run in this venv with their backends added: take those out,
+    # so that this session's plugins are the same whichever ran before it.
+    session.run("python", "-m", "pip", "uninstall", "-y", "-q", *SIM_SESSION_PLUGINS)
     args = session.posargs or [
         "tests",
         "--ignore=tests/isaac",
@@ -130,11 +179,12 @@ def tests_core(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
 
 
-@nox.session(name="tests-verl", python=PY311)
+@nox.session(name="tests-verl", venv_backend="none")
 def tests_verl(session: nox.Session) -> None:
     """envfleet's worker in verl's own trainer machinery (verl 0.9.1), and the tests that touch
-    tensordict again on verl's pins (tensordict 0.10)."""
-    _install_project(session, lock=VERL_LOCK)
+    tensordict again on verl's pins (tensordict 0.10): in the tests session's venv with verl's
+    additions to the main lock laid over it (see `_verl_overlay`)."""
+    python, overlay = _verl_overlay(session)
     # verl's lock differs from the main lock in tensordict (0.10 against 0.15) and verl's own packages;
     # Ray, torch and numpy are the same pins. So what runs again here is what touches tensordict:
     # DataProto and verl's surface of it, the in-process worker that builds the batches, and verl's
@@ -146,16 +196,18 @@ def tests_verl(session: nox.Session) -> None:
         "tests/core/test_verl_protocol_suite.py",
         "tests/ray_worker/test_worker_inprocess.py",
     ]
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
+    env = {**RENDER_ENV, **_venv_env(python), "PYTHONPATH": _python_path(overlay)}
+    session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=env, external=True)
 
 
 @nox.session(name="tests-torchrl", venv_backend="none")
 def tests_torchrl(session: nox.Session) -> None:
-    """The TorchRL face (torchrl 0.10.1) in tests-verl's venv: verl's lock holds torchrl too, since both
-    cap tensordict at 0.10. Runs after tests-verl; builds the venv the same way when it is missing."""
-    python = _shared_venv(session, "tests-verl", VERL_LOCK)
+    """The TorchRL face (torchrl 0.10.1) on verl's pins: verl's lock holds torchrl too, since both
+    cap tensordict at 0.10 (the tests session's venv and tests-verl's overlay)."""
+    python, overlay = _verl_overlay(session)
     args = session.posargs or ["tests/torchrl"]
-    session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV, external=True)
+    env = {**RENDER_ENV, **_venv_env(python), "PYTHONPATH": _python_path(overlay)}
+    session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=env, external=True)
 
 
 @nox.session(name="tests-verl-vla", venv_backend="none")
@@ -164,9 +216,9 @@ def tests_verl_vla(session: nox.Session) -> None:
     calls; with ENVFLEET_VERL_VLA (a verl-vla checkout), also verl-vla's own TrainCluster.
 
     requirements/verl-vla-py311.txt is verl's lock with verl 0.7.1 for 0.9.1 (and no torchrl), so
-    this runs in tests-verl's venv with verl 0.7.1 (pure Python) installed apart and put first on
-    PYTHONPATH: no venv of its own to build. Runs after tests-verl; builds that venv when missing."""
-    python = _shared_venv(session, "tests-verl", VERL_LOCK)
+    this runs where tests-verl runs (the tests session's venv and verl's overlay) with verl 0.7.1
+    (pure Python) installed apart and put first on PYTHONPATH: no venv of its own to build."""
+    python, verl_overlay = _verl_overlay(session)
     overlay = os.path.join(os.getcwd(), ".nox", "verl-vla-overlay")
     with open(VERL_VLA_LOCK) as fh:
         verl = next(line.strip() for line in fh if line.startswith("verl=="))
@@ -175,7 +227,7 @@ def tests_verl_vla(session: nox.Session) -> None:
         # verl-vla's import chain (hydra, accelerate, peft, ...): only for the opt-in test.
         pins += ["-r", "requirements/verl-vla-extra-py311.txt"]
     session.run(python, "-m", "pip", "install", "-q", "--no-deps", "--upgrade", "--target", overlay, *pins, external=True)
-    env = {**RENDER_ENV, "PYTHONPATH": os.pathsep.join(p for p in (overlay, os.environ.get("PYTHONPATH", "")) if p)}
+    env = {**RENDER_ENV, **_venv_env(python), "PYTHONPATH": _python_path(overlay, verl_overlay)}
     args = session.posargs or ["tests/verl_vla"]
     session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=env, external=True)
 
@@ -193,38 +245,45 @@ def tests_isaac(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:dash", "--timeout=1500", "-ra", *args, env=env)
 
 
-@nox.session(name="tests-metaworld", python=PY311)
+@nox.session(name="tests-metaworld", venv_backend="none")
 def tests_metaworld(session: nox.Session) -> None:
     """Shards under another interpreter: MetaWorld from its own venv (MuJoCo 3.3.0) driven by a worker on
     the main lock (MuJoCo 3.17), beside LIBERO in one Ray job; Isaac Lab (tests-isaac's Python 3.12 venv,
-    so this session runs after that one) from a worker on Python 3.11."""
-    # The worker's venv has the backends' light registration modules only, not their simulators.
-    _install_project(session, extra=["packages/backend-metaworld", "packages/backend-isaac"])
-    envdir = os.path.dirname(session.virtualenv.location)
+    so this session runs after that one) from a worker on Python 3.11.
+
+    The worker runs in the tests session's venv (the main lock), with the two backends' light
+    registration modules added, not their simulators."""
+    python = _shared_venv(session, "tests", "requirements/py311.txt")
+    session.run(python, "-m", "pip", "install", "-q", "--no-deps", "-e", "packages/backend-metaworld", "-e", "packages/backend-isaac", external=True)
+    envdir = os.path.join(os.getcwd(), ".nox")
     sim = os.path.join(envdir, "metaworld-sim")
     # The simulator's venv, built the way a user builds it.
-    session.run("envfleet", "venv", "metaworld", "--dir", sim)
+    session.run(os.path.join(os.path.dirname(python), "envfleet"), "venv", "metaworld", "--dir", sim, external=True)
     sim_python = os.path.join(sim, "bin", "python")
     session.run(sim_python, "-m", "pip", "install", "-q", "-c", "requirements/py311.txt", "pytest", "pytest-timeout", external=True)
     env = {
         **RENDER_ENV,
+        **_venv_env(python),
         "ENVFLEET_METAWORLD_PYTHON": sim_python,
         "ENVFLEET_ISAAC_PYTHON": os.environ.get("ENVFLEET_ISAAC_PYTHON") or os.path.join(envdir, "tests-isaac", "bin", "python"),
         "WARP_CACHE_PATH": os.path.join(session.cache_dir, "warp"),
         "OMNI_KIT_ACCEPT_EULA": "YES",
     }
     args = session.posargs or ["tests/metaworld", "tests/simulator_python"]
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=env)
+    session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=env, external=True)
 
 
-@nox.session(name="tests-maniskill", python=PY311)
+@nox.session(name="tests-maniskill", venv_backend="none")
 def tests_maniskill(session: nox.Session) -> None:
-    """ManiSkill3 on the CPU sim, rendering with Vulkan on the lavapipe that scripts/bootstrap unpacks."""
-    # The main lock plus ManiSkill's additions: the same pins as the tests session, one venv more.
-    _install_project(session, extra=["packages/backend-maniskill"])
-    session.install("--no-deps", "-r", MANISKILL_LOCK)
+    """ManiSkill3 on the CPU sim, rendering with Vulkan on the lavapipe that scripts/bootstrap unpacks.
+
+    Runs in the tests session's venv with ManiSkill's additions to the main lock (they repin nothing in
+    it: tests/maniskill/test_lock.py) and the backend."""
+    python = _shared_venv(session, "tests", "requirements/py311.txt")
+    session.run(python, "-m", "pip", "install", "-q", "--no-deps", "-r", MANISKILL_LOCK, "-e", "packages/backend-maniskill", external=True)
     args = session.posargs or ["tests/maniskill"]
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=1800", "-ra", *args, env=RENDER_ENV)
+    env = {**RENDER_ENV, **_venv_env(python)}
+    session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=1800", "-ra", *args, env=env, external=True)
 
 
 @nox.session(name="tests-lerobot", python=PY312)
