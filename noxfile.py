@@ -254,7 +254,9 @@ def tests_metaworld(session: nox.Session) -> None:
     The worker runs in the tests session's venv (the main lock), with the two backends' light
     registration modules added, not their simulators."""
     python = _shared_venv(session, "tests", "requirements/py311.txt")
-    session.run(python, "-m", "pip", "install", "-q", "--no-deps", "-e", "packages/backend-metaworld", "-e", "packages/backend-isaac", external=True)
+    session.run(
+        python, "-m", "pip", "install", "-q", "--no-deps", "-e", "packages/backend-metaworld", "-e", "packages/backend-isaac", external=True
+    )
     envdir = os.path.join(os.getcwd(), ".nox")
     sim = os.path.join(envdir, "metaworld-sim")
     # The simulator's venv, built the way a user builds it.
@@ -336,26 +338,29 @@ def demo(session: nox.Session) -> None:
     session.run("envfleet", "rollout", *args, env={**RENDER_ENV, "ENVFLEET_PROGRESS": "1"})
 
 
-@nox.session(python=PY311)
+@nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
-    """Benchmarks: prints the figures and writes docs/benchmarks/*.json and plots."""
-    # MetaWorld's registration module only: its simulator runs in the venv of tests-metaworld.
-    _install_project(session, extra=["packages/backend-metaworld"])
-    session.run("python", "bench/run.py", *session.posargs, env=RENDER_ENV)
+    """Benchmarks: prints the figures and writes docs/benchmarks/*.json and plots. Runs in the tests
+    session's venv (the main lock), with MetaWorld's registration module added: its simulator runs
+    in the venv of tests-metaworld."""
+    python = _shared_venv(session, "tests", MAIN_LOCK)
+    session.run(python, "-m", "pip", "install", "-q", "--no-deps", "-e", "packages/backend-metaworld", external=True)
+    session.run(python, "bench/run.py", *session.posargs, env={**RENDER_ENV, **_venv_env(python)}, external=True)
 
 
-@nox.session(python=PY311)
+@nox.session(venv_backend="none")
 def chaos(session: nox.Session) -> None:
-    """Long fault injection and soak (toy and LIBERO); the figures go to docs/reliability/."""
-    _install_project(session)
+    """Long fault injection and soak (toy and LIBERO), in the tests session's venv; the figures go to
+    docs/reliability/."""
+    python = _shared_venv(session, "tests", MAIN_LOCK)
     out = os.path.join("docs", "reliability")
     os.makedirs(out, exist_ok=True)
     if os.path.exists(os.path.join(out, "results.json")):
         os.remove(os.path.join(out, "results.json"))
-    env = {**RENDER_ENV, "ENVFLEET_CHAOS": "1", "ENVFLEET_RELIABILITY_OUT": out}
+    env = {**RENDER_ENV, **_venv_env(python), "ENVFLEET_CHAOS": "1", "ENVFLEET_RELIABILITY_OUT": out}
     args = session.posargs or ["tests/reliability"]
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=5400", "-ra", "-s", *args, env=env)
-    session.run("python", "tests/reliability/render_report.py", out, env={"ENVFLEET_CHAOS": "1"})
+    session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=5400", "-ra", "-s", *args, env=env, external=True)
+    session.run(python, "tests/reliability/render_report.py", out, env={"ENVFLEET_CHAOS": "1"}, external=True)
 
 
 @nox.session(python=PY311)
