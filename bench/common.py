@@ -17,6 +17,19 @@ OUT = os.path.join(ROOT, "docs", "benchmarks")
 IMG = os.path.join(ROOT, "docs", "img")
 
 
+def verl_env() -> tuple[str, dict[str, str]] | None:
+    """The Python and environment of verl's lock: ``$ENVFLEET_VERL_PYTHON`` as it is, or the tests
+    session's venv with the overlay that ``nox -s tests-verl`` lays over it first on PYTHONPATH
+    (``.nox/verl-overlay``); None when neither exists."""
+    if os.environ.get("ENVFLEET_VERL_PYTHON"):
+        return os.environ["ENVFLEET_VERL_PYTHON"], dict(os.environ)
+    python = os.path.join(ROOT, ".nox", "tests", "bin", "python")
+    overlay = os.path.join(ROOT, ".nox", "verl-overlay")
+    if not (os.path.exists(python) and os.path.isdir(os.path.join(overlay, "verl"))):
+        return None
+    return python, {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (overlay, os.environ.get("PYTHONPATH", "")) if p)}
+
+
 def machine() -> str:
     """One line describing where the figures were taken."""
     try:

@@ -9,7 +9,7 @@
   ``env_interact_step`` calls) over envfleet's adapter against the same over verl-vla's own
   ``EnvWorker`` + ``LiberoEnv``, one typed ``EnvTrainConfig`` for both, alternated in one run.
 
-Run in tests-verl's venv with verl 0.7.1 first on PYTHONPATH (``bench/run.py verl`` starts it, as
+Run on verl's lock (where tests-verl runs) with verl 0.7.1 first on PYTHONPATH (``bench/run.py verl`` starts it, as
 ``nox -s tests-verl-vla`` does). ``ENVFLEET_BENCH_REPS`` shortens a check (calls per timed batch
 on LIBERO; default 3); ``ENVFLEET_BENCH_NO_LIBERO`` leaves LIBERO out.
 

@@ -16,10 +16,10 @@ the shared machine's load hits all alike:
   (torchrl 0.10.1 has no LIBERO env of its own), one action per ``step``.
 
 envfleet's envs run one per process (``envs_per_process: 1``), as both stacks they are
-compared with do. TorchRL is in the venv of ``nox -s tests-verl`` (torchrl 0.10.1), not the
-bench venv: where this interpreter has no torchrl, the whole section runs under that
-venv's Python (``ENVFLEET_TORCHRL_PYTHON`` or .nox/tests-verl), so every variant is still
-alternated in one run; without it, the TorchRL variants are reported not run.
+compared with do. TorchRL is on verl's lock (torchrl 0.10.1), which ``nox -s tests-verl`` lays over the tests
+venv (``.nox/verl-overlay``): where this interpreter has no torchrl, the whole section runs
+on that lock (or under ``ENVFLEET_VERL_PYTHON``), so every variant is still alternated in
+one run; without it, the TorchRL variants are reported not run.
 ``ENVFLEET_BENCH_QUICK=1``: 2 rounds instead of 8, to check that the section runs.
 """
 
@@ -39,7 +39,7 @@ import numpy as np
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     sys.path.pop(0)  # run alone: this folder would shadow LIBERO's `libero` package with libero.py
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, when run alone
-from common import ROOT, write
+from common import ROOT, verl_env, write
 from configs import libero_cfg, libero_installed, start_ray
 
 N, HW, CHUNK = 2, 128, 8
@@ -64,16 +64,14 @@ def run() -> None:
     if _has_torchrl():
         result = measure()
     else:
-        python = _torchrl_python()
-        if python is None:
-            print("faces: no venv with torchrl (run `nox -s tests-verl` first, or set ENVFLEET_TORCHRL_PYTHON): TorchRL variants not run")
+        found = verl_env()
+        if found is None:
+            print("faces: no venv with torchrl (run `nox -s tests-verl` first, or set ENVFLEET_VERL_PYTHON): TorchRL variants not run")
             result = measure()
         else:
-            print(f"faces: torchrl is not in this venv; the section runs under {python}", flush=True)
-            env = {
-                **os.environ,
-                "PYTHONPATH": os.pathsep.join(p for p in (os.path.join(ROOT, "bench"), os.environ.get("PYTHONPATH", "")) if p),
-            }
+            python, verl = found
+            print(f"faces: torchrl is not in this venv; the section runs on verl's lock under {python}", flush=True)
+            env = {**verl, "PYTHONPATH": os.pathsep.join(p for p in (os.path.join(ROOT, "bench"), verl.get("PYTHONPATH", "")) if p)}
             out = subprocess.run([python, os.path.abspath(__file__), "measure"], stdout=subprocess.PIPE, text=True, timeout=3600, env=env)
             if out.returncode != 0:
                 raise RuntimeError(f"faces: the measurement under {python} failed (exit {out.returncode}); its stderr is above")
@@ -87,11 +85,6 @@ def _has_torchrl() -> bool:
     except ImportError:
         return False
     return True
-
-
-def _torchrl_python() -> str | None:
-    candidates = (os.environ.get("ENVFLEET_TORCHRL_PYTHON", ""), os.path.join(ROOT, ".nox", "tests-verl", "bin", "python"))
-    return next((p for p in candidates if p and os.path.exists(p)), None)
 
 
 # ---------------------------------------------------------------------- the stack users run today

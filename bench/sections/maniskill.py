@@ -7,14 +7,15 @@
   its CPU sim in parallel), which renders every step.
 
 2 envs (one process each on both sides), the base and hand cameras at 224x224, chunks
-of 8 random actions. ManiSkill lives in the venv of ``nox -s tests-maniskill``
-(.nox/tests-maniskill); run as a script by that venv's Python, this module measures one
+of 8 random actions. ManiSkill is in the tests session's venv once ``nox -s
+tests-maniskill`` has added its lock there; run as a script by that venv's Python, this module measures one
 case and prints it as JSON.
 """
 
 from __future__ import annotations
 
 import functools
+import glob
 import json
 import os
 import sys
@@ -37,10 +38,13 @@ __all__ = ["run", "sim_python"]
 
 
 def sim_python() -> str | None:
-    """The Python of ManiSkill's venv: ``$ENVFLEET_MANISKILL_PYTHON`` or the venv of ``nox -s tests-maniskill``."""
-    for path in (os.environ.get("ENVFLEET_MANISKILL_PYTHON", ""), os.path.join(ROOT, ".nox", "tests-maniskill", "bin", "python")):
-        if path and os.path.exists(path):
-            return path
+    """The Python of a venv with ManiSkill: ``$ENVFLEET_MANISKILL_PYTHON``, or the tests session's
+    venv once ``nox -s tests-maniskill`` has added ManiSkill's lock to it."""
+    if os.environ.get("ENVFLEET_MANISKILL_PYTHON"):
+        return os.environ["ENVFLEET_MANISKILL_PYTHON"]
+    venv = os.path.join(ROOT, ".nox", "tests")
+    if glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "mani_skill")):
+        return os.path.join(venv, "bin", "python")
     return None
 
 

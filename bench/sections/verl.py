@@ -6,23 +6,17 @@ import json
 import os
 import subprocess
 
-from common import ROOT, write
+from common import ROOT, verl_env, write
 
 
 def run() -> None:
-    """A step through verl's RayWorkerGroup against envfleet's own group, run in the venv of `nox -s tests-verl`."""
-    python = next(
-        (
-            p
-            for p in (os.environ.get("ENVFLEET_VERL_PYTHON", ""), os.path.join(ROOT, ".nox", "tests-verl", "bin", "python"))
-            if p and os.path.exists(p)
-        ),
-        None,
-    )
-    if python is None:
+    """A step through verl's RayWorkerGroup against envfleet's own group, run on verl's lock (`nox -s tests-verl`)."""
+    found = verl_env()
+    if found is None:
         print("verl: no venv with verl (run `nox -s tests-verl` first, or set ENVFLEET_VERL_PYTHON), skipped")
         return
-    out = subprocess.run([python, os.path.join(ROOT, "bench", "verl_group.py")], capture_output=True, text=True, timeout=3600)
+    python, env = found
+    out = subprocess.run([python, os.path.join(ROOT, "bench", "verl_group.py")], capture_output=True, text=True, timeout=3600, env=env)
     if out.returncode != 0:
         print(f"verl: benchmark failed:\n{out.stderr[-3000:]}")
         return
@@ -42,16 +36,16 @@ def run() -> None:
         ],
         {"overlap": overlap},
     )
-    _verl_vla(python)
+    _verl_vla(python, env)
 
 
-def _verl_vla(python: str) -> None:
+def _verl_vla(python: str, verl: dict[str, str]) -> None:
     """A step in verl-vla's order of calls (verl 0.7.1 laid over the same venv, as `nox -s tests-verl-vla` does)."""
     overlay = os.path.join(ROOT, ".nox", "verl-vla-overlay")
     if not os.path.isdir(os.path.join(overlay, "verl")):
         print("verl-vla: no verl 0.7.1 overlay (run `nox -s tests-verl-vla` first), skipped")
         return
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (overlay, os.environ.get("PYTHONPATH", "")) if p)}
+    env = {**verl, "PYTHONPATH": os.pathsep.join(p for p in (overlay, verl.get("PYTHONPATH", "")) if p)}
     script = os.path.join(ROOT, "bench", "verl_vla_group.py")
     out = subprocess.run([python, script], capture_output=True, text=True, timeout=3600, env=env)
     if out.returncode != 0:
