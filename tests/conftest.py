@@ -31,6 +31,20 @@ def toy_cfg(num_envs: int = 2, chunk: int = 4, stages: int = 1, *overrides: str,
     )
 
 
+def lock_pins(name: str) -> dict[str, str]:
+    """The pins of ``requirements/<name>`` by normalised project name (lower case, runs of ``-_.`` as ``-``)."""
+    import re
+
+    pins = {}
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "requirements", name)) as fh:
+        for line in fh:
+            line = line.split("#")[0].strip()
+            if "==" in line:
+                package, version = line.split("==", 1)
+                pins[re.sub(r"[-_.]+", "-", package).lower()] = version
+    return pins
+
+
 def shm_segments() -> set[str]:
     """envfleet's segments in /dev/shm."""
     try:

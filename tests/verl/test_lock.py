@@ -5,21 +5,8 @@ what the session imports."""
 from __future__ import annotations
 
 import importlib.metadata
-import os
-import re
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def pins(name: str) -> dict[str, str]:
-    out = {}
-    with open(os.path.join(ROOT, "requirements", name)) as fh:
-        for line in fh:
-            line = line.split("#")[0].strip()
-            if "==" in line:
-                package, version = line.split("==", 1)
-                out[re.sub(r"[-_.]+", "-", package).lower()] = version
-    return out
+from ..conftest import lock_pins
 
 
 def installed(name: str) -> str | None:
@@ -32,7 +19,7 @@ def installed(name: str) -> str | None:
 
 def test_the_session_runs_on_every_pin_of_verls_lock() -> None:
     wrong = {}
-    for name, version in pins("verl-py311.txt").items():
+    for name, version in lock_pins("verl-py311.txt").items():
         if installed(name) != version:
             wrong[name] = (installed(name), version)
     assert not wrong, f"installed against verl's lock: {wrong}"
@@ -41,4 +28,4 @@ def test_the_session_runs_on_every_pin_of_verls_lock() -> None:
 def test_tensordict_is_verls() -> None:
     import tensordict
 
-    assert tensordict.__version__ == pins("verl-py311.txt")["tensordict"] != pins("py311.txt")["tensordict"]
+    assert tensordict.__version__ == lock_pins("verl-py311.txt")["tensordict"] != lock_pins("py311.txt")["tensordict"]
