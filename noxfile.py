@@ -14,10 +14,6 @@ import shutil
 
 import nox
 
-# pip compiles every installed module to bytecode by default; Python compiles the modules a test
-# imports when it first imports them, which are far fewer (docs/benchmarks.md, "CI").
-os.environ.setdefault("PIP_NO_COMPILE", "1")
-
 nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = [
