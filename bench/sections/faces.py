@@ -13,7 +13,11 @@ the shared machine's load hits all alike:
   ``OffScreenRenderEnv`` wrapped as a ``gymnasium.Env`` (:class:`LiberoGym`), one action per
   ``step``, rendering every sub-step, as its users run it;
 - ``parallel_env``: TorchRL's ``ParallelEnv`` of 2 ``GymWrapper`` over the same ``gym.Env``
-  (torchrl 0.10.1 has no LIBERO env of its own), one action per ``step``.
+  (torchrl 0.10.1 has no LIBERO env of its own), one action per ``step``;
+- ``torchrl_libero_env``, ``lerobot_libero_env``: a second group, built after the first is
+  closed (bench/faces_peers.py): TorchRL's own ``LiberoEnv`` in a ``ParallelEnv`` of 2 and
+  LeRobot's LIBERO env with its async vector env, each in a venv of its own, against the
+  ``EnvWorker`` path again.
 
 envfleet's envs run one per process (``envs_per_process: 1``), as both stacks they are
 compared with do. TorchRL is on verl's lock (torchrl 0.10.1), which ``nox -s tests-verl`` lays over the tests
@@ -41,6 +45,7 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, when run alone
 from common import ROOT, verl_env, write
 from configs import libero_cfg, libero_installed, start_ray
+from faces_peers import measure_peers, peer_notes, peer_rows, wanted_peers
 
 N, HW, CHUNK = 2, 128, 8
 CAMERAS = ("agentview", "robot0_eye_in_hand")
@@ -76,7 +81,17 @@ def run() -> None:
             if out.returncode != 0:
                 raise RuntimeError(f"faces: the measurement under {python} failed (exit {out.returncode}); its stderr is above")
             result = json.loads(out.stdout.strip().splitlines()[-1])
-    _write(result)
+    _write(result, _peers())
+
+
+def _peers() -> dict[str, Any]:
+    """The second group (bench/faces_peers.py): the peer stacks' own LIBERO envs against the EnvWorker path."""
+    from sections.libero import WorkerStage
+
+    if not wanted_peers():
+        return {}
+    start_ray()
+    return measure_peers(ROUNDS, lambda: WorkerStage(N, HW, {"envs_per_process": 1}, cpus=N))
 
 
 def _has_torchrl() -> bool:
@@ -303,7 +318,7 @@ def _torchrl_version() -> str | None:
         return None
 
 
-def _write(result: dict[str, Any]) -> None:
+def _write(result: dict[str, Any], peers: dict[str, Any]) -> None:
     times: dict[str, list[float]] = result["seconds_per_chunk"]
     rate = {name: N * CHUNK / float(np.median(t)) for name, t in times.items()}
     worker = rate.get("worker")
@@ -327,13 +342,10 @@ def _write(result: dict[str, Any]) -> None:
             notes.append(f"{target} face: {rate[face] / worker:.2f}x the EnvWorker path (target >= 0.95).")
         if face in rate and stack in rate:
             notes.append(f"{target} face: {rate[face] / rate[stack]:.1f}x {LABELS[stack].split(',')[0]} (target >= 4x).")
-    notes.append(
-        "LeRobot's LIBERO env with its async vector env: not run. LeRobot 0.6.1 (Python 3.12) takes LIBERO from its "
-        "`libero` extra, hf-libero 0.1.4, whose wheel holds LIBERO's code, BDDL files and initial states but no scene "
-        "assets: its get_assets_path() downloads them from the Hugging Face Hub at first use, which this machine cannot "
-        "(no downloads at run time); the lock of `nox -s tests-lerobot` has no LIBERO either."
-    )
+    rows += peer_rows(peers)
+    notes += peer_notes(peers, rate)
     extra = {key: result[key] for key in ("seconds_per_chunk", "not_run", "torchrl", "python")}
+    extra["peers"] = peers
     write("faces", rows, notes, extra)
 
 
