@@ -123,12 +123,16 @@ def test_measure_toy_reports_times_memory_and_capacity(only_good_plugins) -> Non
 def test_measure_libero_as_a_user_runs_it() -> None:
     # LIBERO's default layout gives a lone env its own process; the dense layout, the one that holds the
     # most envs, is asked for as a user asks for it: 4 envs of one task sharing its scene in one full shard.
-    out = run("doctor", "--measure", "libero", "train.libero.envs_per_process=4", MUJOCO_GL="egl")
+    # A chunk of 2 instead of the smallest config's 8: what is checked (both render modes timed, the
+    # shared scene's memory, the capacity at 4 per process) does not depend on the chunk's length, and
+    # render: all at 4 envs costs a render per env and sub-step.
+    out = run("doctor", "--measure", "libero", "train.libero.envs_per_process=4", "actor.model.num_action_chunks=2", MUJOCO_GL="egl")
     # The broken test plugins are warnings here: the backend asked for is fine.
     assert out.returncode == 0, out.stdout + out.stderr
     assert "warn  plugin broken failed to import" in out.stdout
     measured = line_of(out.stdout, "ok    libero: 4 env(s) in one process build in")
     assert "render last" in measured and "render all" in measured and "4 env(s) measured" in measured
+    assert "step a chunk of 2 in" in measured, measured  # the user's override reached the measured shard
     gb = float(measured.split("memory ")[1].split(" GB per env")[0])
     assert 0.1 < gb < 1.0, measured  # a process of 4 envs of one task: about 1.4 GB here at 64x64
     cores = len(os.sched_getaffinity(0))
