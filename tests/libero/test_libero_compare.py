@@ -37,11 +37,13 @@ def envfleet(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[st
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def runs(tmp_path_factory: pytest.TempPathFactory, local_ray: dict[str, object]) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("runs")
     variants = {"a": ["train.seed=1"], "b": ["train.seed=2"], "c": ["train.seed=1", "train.settle_steps=15"]}
+    # The three rollouts join one local Ray (as on a cluster, --address) instead of each starting its own:
+    # what is compared is the runs' summaries, which do not depend on who started Ray.
     for name, extra in variants.items():
-        out = envfleet("rollout", "--out", str(root / name), *COMMON, *extra)
+        out = envfleet("rollout", "--address", str(local_ray["address"]), "--out", str(root / name), *COMMON, *extra)
         assert out.returncode == 0, out.stderr[-3000:]
     return {name: root / name for name in variants}
 
