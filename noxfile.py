@@ -10,7 +10,9 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shlex
 import shutil
+import subprocess
 
 import nox
 
@@ -57,6 +59,8 @@ MANISKILL_LOCK = "requirements/maniskill-py311.txt"
 LEROBOT_LOCK = "requirements/lerobot-py312.txt"
 # The backends tests-metaworld and tests-maniskill add to the tests session's venv, which that session takes out.
 SIM_SESSION_PLUGINS = ["envfleet-maniskill", "envfleet-metaworld", "envfleet-isaac"]
+# pytest workers of the tests session: the machine CI runs on has 2 cores (and memory for two LIBERO tests at once).
+TEST_WORKERS = 2
 RENDER_ENV = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
 # The tests of tests/core that need torch and tensordict (DataProto), which tests-core's light venv has not.
 CORE_TORCH_MODULES = ["test_dataproto.py", "test_dataproto_verl_surface.py", "test_verl_protocol_suite.py"]
@@ -121,6 +125,84 @@ def _verl_overlay(session: nox.Session) -> tuple[str, str]:
     return python, overlay
 
 
+def _editable(*paths: str) -> list[str]:
+    """pip's arguments that install ``paths`` editable."""
+    return [arg for path in paths for arg in ("-e", path)]
+
+
+#: What the Python 3.12 sessions install into their venvs, as pip arguments, one pip run each. LeRobot's
+#: lock is a complete freeze, installed without resolving; the project's packages go on top, without dependencies.
+PY312_INSTALLS = {
+    "tests-isaac": [
+        ["-r", "requirements/isaac-py312.txt"],
+        ["--no-deps", *_editable("packages/core", "packages/ray-worker", "packages/backend-isaac", "tests/plugins/envfleet-toy")],
+    ],
+    "tests-lerobot": [
+        ["--no-deps", "-r", LEROBOT_LOCK],
+        ["--no-deps", *_editable("packages/core", "tests/plugins/envfleet-toy", "packages/lerobot-env-envfleet")],
+    ],
+}
+
+
+def _build_failure(name: str) -> str:
+    """The file that says the background build of session ``name``'s venv failed (see `_start_py312_builds`)."""
+    return os.path.join(os.getcwd(), ".nox", f"{name}.build-failed")
+
+
+def _start_py312_builds(session: nox.Session) -> list[tuple[str, subprocess.Popen[bytes], str]]:
+    """Start building the venvs of the Python 3.12 sessions this nox run goes on to (`PY312_INSTALLS`),
+    in the background, while the tests session's pytest runs: pytest leaves CPU to spare on its way
+    and those builds are mostly downloads from pip's cache and unpacking. Each build runs niced, logs
+    to ``.nox/<session>.build.log`` and is waited for by `_finish_py312_builds`."""
+    # nox has no public name for the sessions of the run; its manifest (what -s, -k, -t or the default
+    # list selected) answers `in`.
+    runner = session._runner
+    if runner.global_config.install_only:
+        return []
+    builds = []
+    for name, steps in PY312_INSTALLS.items():
+        if name not in runner.manifest:
+            continue
+        venv = os.path.join(os.getcwd(), ".nox", name)
+        python = os.path.join(venv, "bin", "python")
+        # The venv nox makes for the session (virtualenv, so that nox reuses it); then the session's own pip runs.
+        commands = [f"[ -x {shlex.quote(python)} ] || python3.11 -m virtualenv -q -p {shlex.quote(PY312)} {shlex.quote(venv)}"]
+        commands += [shlex.join([python, "-m", "pip", "install", "-q", *args]) for args in steps]
+        log = f"{venv}.build.log"
+        if os.path.exists(_build_failure(name)):
+            os.remove(_build_failure(name))
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen(["nice", "-n", "10", "bash", "-ec", "\n".join(commands)], stdout=fh, stderr=subprocess.STDOUT)
+        session.log(f"building .nox/{name} in the background (log: {log})")
+        builds.append((name, proc, log))
+    return builds
+
+
+def _finish_py312_builds(session: nox.Session, builds: list[tuple[str, subprocess.Popen[bytes], str]]) -> None:
+    """Wait for the builds `_start_py312_builds` started; a failed one is left for its session to report."""
+    for name, proc, log in builds:
+        code = proc.wait()
+        if code:
+            with open(_build_failure(name), "w") as fh:
+                fh.write(f"the background build of .nox/{name} (started by the tests session) failed with exit code {code}: see {log}")
+            session.warn(f"the background build of .nox/{name} failed (exit code {code}); see {log}")
+        else:
+            session.log(f".nox/{name} built in the background")
+
+
+def _install_py312(session: nox.Session) -> None:
+    """Install the session's `PY312_INSTALLS`; fail with the log's path if the tests session's background
+    build of this venv failed (the next run builds it here again)."""
+    failure = _build_failure(session.name)
+    if os.path.exists(failure):
+        with open(failure) as fh:
+            message = fh.read()
+        os.remove(failure)
+        session.error(message)
+    for args in PY312_INSTALLS[session.name]:
+        session.install(*args)
+
+
 def _python_path(*dirs: str) -> str:
     """``dirs`` first on PYTHONPATH, before what the caller's environment has there."""
     return os.pathsep.join(p for p in (*dirs, os.environ.get("PYTHONPATH", "")) if p)
@@ -140,7 +222,11 @@ def tests(session: nox.Session) -> None:
     # tests-metaworld and tests-maniskill run in this venv with their backends added: take those out,
     # so that this session's plugins are the same whichever ran before it.
     session.run("python", "-m", "pip", "uninstall", "-y", "-q", *SIM_SESSION_PLUGINS)
-    args = session.posargs or [
+    pytest = ["python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra"]
+    if session.posargs:
+        session.run(*pytest, *session.posargs, env=RENDER_ENV)
+        return
+    args = [
         "tests",
         "--ignore=tests/isaac",
         "--ignore=tests/verl",
@@ -149,7 +235,16 @@ def tests(session: nox.Session) -> None:
         "--ignore=tests/torchrl",
         "--ignore=tests/lerobot",
     ]
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
+    # One test at a time leaves a core idle most of the run (LIBERO's reference runs, Ray starts):
+    # two pytest workers, each taking whole files so that a module's fixtures (a LIBERO reference
+    # run, a local Ray) are built once. Then, alone, the few tests that look at the whole machine
+    # (tests/conftest.py SERIAL).
+    builds = _start_py312_builds(session)
+    try:
+        session.run(*pytest, "-n", str(TEST_WORKERS), "--dist", "loadfile", "-m", "not serial", *args, env=RENDER_ENV)
+        session.run(*pytest, "-m", "serial", *args, env=RENDER_ENV)
+    finally:
+        _finish_py312_builds(session, builds)
 
 
 @nox.session(name="tests-core", python=PY311)
@@ -231,10 +326,7 @@ def tests_verl_vla(session: nox.Session) -> None:
 @nox.session(name="tests-isaac", python=PY312)
 def tests_isaac(session: nox.Session) -> None:
     """The Isaac backend on Isaac Lab 3.0 kit-less, CPU (Python 3.12)."""
-    session.install("-r", "requirements/isaac-py312.txt")
-    session.install(
-        "--no-deps", "-e", "packages/core", "-e", "packages/ray-worker", "-e", "packages/backend-isaac", "-e", "tests/plugins/envfleet-toy"
-    )
+    _install_py312(session)
     warp_cache = os.path.join(session.cache_dir, "warp")
     args = session.posargs or ["tests/isaac"]
     env = {"WARP_CACHE_PATH": warp_cache, "OMNI_KIT_ACCEPT_EULA": "YES"}
@@ -288,9 +380,7 @@ def tests_maniskill(session: nox.Session) -> None:
 def tests_lerobot(session: nox.Session) -> None:
     """LeRobot 0.6.1's plugin discovery, env registry and lerobot-eval's rollout over envfleet's LeRobot
     env package, on the toy backend (Python 3.12: LeRobot needs it)."""
-    # A complete freeze, installed without resolving; the project's packages on top, without dependencies.
-    session.install("--no-deps", "-r", LEROBOT_LOCK)
-    session.install("--no-deps", "-e", "packages/core", "-e", "tests/plugins/envfleet-toy", "-e", "packages/lerobot-env-envfleet")
+    _install_py312(session)
     args = session.posargs or ["tests/lerobot"]
     # HF_HUB_OFFLINE: nothing here may reach the hub; a test that tried would fail, not hang.
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env={"HF_HUB_OFFLINE": "1"})

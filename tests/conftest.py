@@ -108,3 +108,28 @@ def local_ray(request):
     assert info["local"]
     yield info
     ray.shutdown()
+
+
+#: Tests that look at the whole machine, not only at what they started: they run in the tests
+#: session's serial pass (``-m serial``), after the parallel one (``-n 2``), never beside another
+#: test. Node ids or their prefixes; set here, since their files belong to several packages.
+SERIAL = (
+    # Kills every Ray process that appeared on the machine while it ran: a Ray of a test running
+    # beside it would be among them.
+    "tests/reliability/test_driver_kill.py::",
+    # A segment of any process counts as left behind by the interrupted command (its owners,
+    # Ray actors of the command's process group, are gone when it looks).
+    "tests/ray_worker/test_cli.py::test_ctrl_c_writes_the_partial_summary_and_leaves_nothing_behind",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "serial: looks at the whole machine; never runs beside another test (tests/conftest.py SERIAL)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark :data:`SERIAL`'s tests, before ``-m`` selects by marks."""
+    for item in items:
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
