@@ -7,6 +7,7 @@ scripts/bootstrap.
 
 from __future__ import annotations
 
+import ast
 import glob
 import os
 import re
@@ -215,6 +216,16 @@ def _venv_env(python: str) -> dict[str, str]:
     return {"PATH": os.pathsep.join([bindir, os.environ.get("PATH", "")]), "VIRTUAL_ENV": os.path.dirname(bindir)}
 
 
+def _serial_tests() -> list[str]:
+    """The node ids (or files) of tests/conftest.py's ``SERIAL``, read without importing it."""
+    with open("tests/conftest.py") as fh:
+        tree = ast.parse(fh.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SERIAL" for t in node.targets):
+            return [entry.removesuffix("::") for entry in ast.literal_eval(node.value)]
+    raise RuntimeError("tests/conftest.py defines no SERIAL")
+
+
 @nox.session(python=PY311)
 def tests(session: nox.Session) -> None:
     """Everything that runs on Python 3.11 (core, toy, ray-worker, LIBERO, reliability, a plugin of the previous API)."""
@@ -242,7 +253,8 @@ def tests(session: nox.Session) -> None:
     builds = _start_py312_builds(session)
     try:
         session.run(*pytest, "-n", str(TEST_WORKERS), "--dist", "loadfile", "-m", "not serial", *args, env=RENDER_ENV)
-        session.run(*pytest, "-m", "serial", *args, env=RENDER_ENV)
+        # Their node ids, not the tree again: collecting every test costs more than running these.
+        session.run(*pytest, "-m", "serial", *_serial_tests(), env=RENDER_ENV)
     finally:
         _finish_py312_builds(session, builds)
 

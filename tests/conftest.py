@@ -112,7 +112,8 @@ def local_ray(request):
 
 #: Tests that look at the whole machine, not only at what they started: they run in the tests
 #: session's serial pass (``-m serial``), after the parallel one (``-n 2``), never beside another
-#: test. Node ids or their prefixes; set here, since their files belong to several packages.
+#: test. Node ids, or a file's path and "::" for all its tests; set here, since their files belong
+#: to several packages. noxfile.py reads this literal to run them.
 SERIAL = (
     # Kills every Ray process that appeared on the machine while it ran: a Ray of a test running
     # beside it would be among them.
