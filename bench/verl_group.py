@@ -3,6 +3,10 @@
 
 Prints one JSON object: ``{"rows": [...], "ray_noop_ms": ...}``.
 
+The LIBERO row runs one layout on both sides, ``train.libero.envs_per_process`` (default 1;
+``ENVFLEET_BENCH_ENVS_PER_PROCESS`` sets it): left to the backend's default, envfleet's group
+(1 CPU reserved per worker) and verl's workers (none reserved) get different layouts.
+
     python bench/verl_group.py
 """
 
@@ -20,6 +24,7 @@ from common import comparison_row  # bench/ is this script's directory, first on
 from configs import toy_overrides
 from omegaconf import OmegaConf
 from verl import DataProto as VerlDataProto
+from ray.util.placement_group import remove_placement_group
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 
 from envfleet.config import load_config
@@ -30,6 +35,7 @@ from envfleet_ray.group import EnvWorkerGroup
 from envfleet_ray.verl import EnvWorker
 
 ROUNDS = 5
+EPP = int(os.environ.get("ENVFLEET_BENCH_ENVS_PER_PROCESS", "1"))  # LIBERO envs per shard process, both sides
 
 
 def batches(fn: Any, repeat: int) -> float:
@@ -60,10 +66,22 @@ def env_section(overrides: list[str]) -> Any:
     return OmegaConf.create({"env": plain}).env
 
 
-def verl_env_group(env: Any, workers: int) -> RayWorkerGroup:
-    """The Env role as verl's trainer makes it, in a resource pool of its own."""
+def verl_env_group(env: Any, workers: int) -> tuple[RayWorkerGroup, RayResourcePool]:
+    """The Env role as verl's trainer makes it, in a resource pool of its own (returned beside it, for :func:`close_verl_group`)."""
     pool = RayResourcePool(process_on_nodes=[workers], use_gpu=False, max_colocate_count=1)
-    return RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(ray.remote(EnvWorker), config=env), device_name="cpu")
+    cls = RayClassWithInitArgs(ray.remote(EnvWorker), config=env)
+    return RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, device_name="cpu"), pool
+
+
+def close_verl_group(group: RayWorkerGroup, pool: RayResourcePool) -> None:
+    """Kill the group's actors, as verl's and verl-vla's trainers do at shutdown, and remove the pool's
+    placement groups. verl never removes them: each would hold a CPU bundle of the bench's Ray for the
+    rest of its run, and a later group's placement group would wait for free CPUs forever (with
+    envfleet's group at 2 CPUs per worker, the fourth group of a run on ``init_ray(num_cpus=4)``)."""
+    for worker in group.workers:
+        ray.kill(worker)
+    for pg in pool.pgs or []:
+        remove_placement_group(pg)
 
 
 def step_cost(label: str, overrides: list[str], repeat: int) -> dict[str, Any]:
@@ -71,7 +89,7 @@ def step_cost(label: str, overrides: list[str], repeat: int) -> dict[str, Any]:
     env = env_section(overrides)
     n, chunk = int(env.train.num_envs), int(env.actor.model.num_action_chunks)
     ours = EnvWorkerGroup(load_config(overrides=overrides), num_workers=1)
-    theirs = verl_env_group(env, 1)
+    theirs, pool = verl_env_group(env, 1)
     try:
         ours.init_worker()
         ours.init_simulator()
@@ -94,8 +112,7 @@ def step_cost(label: str, overrides: list[str], repeat: int) -> dict[str, Any]:
     finally:
         theirs.close()
         ours.shutdown()
-        for worker in theirs.workers:
-            ray.kill(worker)
+        close_verl_group(theirs, pool)
     return comparison_row(label, "envfleet's group", a, "verl's group", b)
 
 
@@ -104,7 +121,7 @@ def overlap(label: str, overrides: list[str], repeat: int) -> dict[str, Any]:
     env = env_section(overrides)
     chunk = int(env.actor.model.num_action_chunks)
     ours = EnvWorkerGroup(load_config(overrides=overrides), num_workers=1)
-    theirs = verl_env_group(env, 1)
+    theirs, pool = verl_env_group(env, 1)
     out: dict[str, Any] = {"case": label}
     try:
         for name, group, proto in (("envfleet", ours, DataProto), ("verl", theirs, VerlDataProto)):
@@ -120,8 +137,7 @@ def overlap(label: str, overrides: list[str], repeat: int) -> dict[str, Any]:
     finally:
         theirs.close()
         ours.shutdown()
-        for worker in theirs.workers:
-            ray.kill(worker)
+        close_verl_group(theirs, pool)
     return out
 
 
@@ -138,8 +154,9 @@ def main() -> int:
             "train.init_params.camera_widths=128",
             "actor.model.num_action_chunks=8",
             "train.max_episode_steps=100000",
+            f"train.libero.envs_per_process={EPP}",
         ]
-        rows.append(step_cost("LIBERO spatial, 2 envs, 128x128, chunk 8, render last", libero, 3))
+        rows.append(step_cost(f"LIBERO spatial, 2 envs, 128x128, chunk 8, render last, {EPP} env(s) per process", libero, 3))
     stages = overlap(
         "toy sleeping 0.2 s per chunk (a device-bound simulator), 1 env per stage, 2 stages",
         toy_overrides(1, 64, 8, "train.toy.step_sleep_s=0.2", "rollout.pipeline_stage_num=2"),

@@ -13,6 +13,12 @@ Run on verl's lock (where tests-verl runs) with verl 0.7.1 first on PYTHONPATH (
 ``nox -s tests-verl-vla`` does). ``ENVFLEET_BENCH_REPS`` shortens a check (calls per timed batch
 on LIBERO; default 3); ``ENVFLEET_BENCH_NO_LIBERO`` leaves LIBERO out.
 
+Both sides of ``rows`` run one LIBERO layout, ``train.libero.envs_per_process`` (default 1,
+one process per env, the layout of verl-vla's own LiberoEnv; ``ENVFLEET_BENCH_ENVS_PER_PROCESS``
+sets it): left to the backend's default, envfleet's group (1 CPU reserved per worker) and
+verl's workers (none reserved, so the process's cores decide) get different layouts, and the
+row would compare layouts instead of the adapter's cost.
+
     python bench/verl_vla_group.py
 """
 
@@ -32,7 +38,7 @@ from common import comparison_row  # bench/ is this script's directory, first on
 from configs import toy_overrides
 from verl import DataProto as VerlDataProto
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
-from verl_group import alternated
+from verl_group import alternated, close_verl_group
 from verl_vla_libero import torch_init_states
 
 from envfleet.config import load_config
@@ -45,6 +51,7 @@ from envfleet_ray.verl_vla import EnvWorker
 CHECKOUT = os.environ.get("ENVFLEET_VERL_VLA", "")
 REPS = int(os.environ.get("ENVFLEET_BENCH_REPS", "3"))
 N, HW, CHUNK = 2, 128, 8  # LIBERO: 2 envs of libero_spatial, 128x128, chunk 8
+EPP = int(os.environ.get("ENVFLEET_BENCH_ENVS_PER_PROCESS", "1"))  # LIBERO envs per shard process, both sides
 LIBERO = [
     "train.simulator_type=libero",
     "train.task_suite_name=libero_spatial",
@@ -55,6 +62,7 @@ LIBERO = [
     "train.max_episode_steps=100000",
     "train.settle_steps=10",
     "train.libero.settle_action=zeros",
+    f"train.libero.envs_per_process={EPP}",
 ]
 LIBERO_SIM = {
     "simulator_type": "libero",
@@ -65,6 +73,8 @@ LIBERO_SIM = {
         "camera_widths": HW,
         "task_ids": [0],
     },
+    # envfleet's keys over the mapped ones: the same layout as envfleet's group above.
+    "envfleet": {"libero": {"envs_per_process": EPP}},
 }
 
 
@@ -76,17 +86,11 @@ def vla_config(simulator: dict[str, Any], num_envs: int) -> dict[str, Any]:
     }
 
 
-def env_role(worker: type, config: Any) -> RayWorkerGroup:
-    """The Env role as verl-vla's TrainCluster builds it, one worker on a CPU pool of its own."""
+def env_role(worker: type, config: Any) -> tuple[RayWorkerGroup, RayResourcePool]:
+    """The Env role as verl-vla's TrainCluster builds it, one worker on a CPU pool of its own (returned beside it)."""
     pool = RayResourcePool(process_on_nodes=[1], use_gpu=False, max_colocate_count=1)
     cls = RayClassWithInitArgs(cls=ray.remote(worker), config=config, role="env")
-    return RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, device_name="cpu")
-
-
-def close_role(group: RayWorkerGroup) -> None:
-    """verl-vla's TrainCluster.shutdown(): kill the actors (envfleet's worker cleans up after itself)."""
-    for worker in group.workers:
-        ray.kill(worker)
+    return RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, device_name="cpu"), pool
 
 
 def once(fn: Any) -> float:
@@ -102,7 +106,7 @@ def step_cost(label: str, overrides: list[str], simulator: dict[str, Any], repea
     cfg = load_config(overrides=overrides)
     n, chunk = int(cfg.train.num_envs), int(cfg.actor.model.num_action_chunks)
     ours = EnvWorkerGroup(cfg, num_workers=1)
-    theirs = env_role(EnvWorker, vla_config(simulator, n))
+    theirs, pool = env_role(EnvWorker, vla_config(simulator, n))
     try:
         ours.init_worker()
         ours.init_simulator()
@@ -122,7 +126,8 @@ def step_cost(label: str, overrides: list[str], simulator: dict[str, Any], repea
     finally:
         theirs.close()
         ours.shutdown()
-        close_role(theirs)
+        # verl-vla's TrainCluster.shutdown() only kills the actors (envfleet's worker cleans up after itself).
+        close_verl_group(theirs, pool)
     rows = [comparison_row(f"{label}, steady-state step", "envfleet's group", a, "verl-vla's order", b)]
     if "libero" in label.lower():
         rows.insert(0, comparison_row(f"{label}, first reset", "envfleet's group", reset_ours, "verl-vla's order", reset_theirs))
@@ -155,8 +160,8 @@ def rollout_cost(config: Any, repeat: int) -> list[dict[str, Any]]:
     """TrainCluster's order over envfleet's adapter and over verl-vla's own EnvWorker + LiberoEnv."""
     from verl_vla.workers.env.env_worker import EnvWorker as TheirWorker
 
-    ours = env_role(EnvWorker, config)
-    theirs = env_role(TheirWorker, config)
+    ours, ours_pool = env_role(EnvWorker, config)
+    theirs, theirs_pool = env_role(TheirWorker, config)
     label = f"LIBERO spatial task 0, {N} envs, {HW}x{HW}, chunk {CHUNK}, TrainCluster's order"
     try:
         start_ours = once(lambda: ours.init_worker())
@@ -168,8 +173,8 @@ def rollout_cost(config: Any, repeat: int) -> list[dict[str, Any]]:
             lambda: ours.env_interact_step(data, mode="train").get(), lambda: theirs.env_interact_step(data, mode="train").get(), repeat
         )
     finally:
-        close_role(ours)
-        close_role(theirs)
+        close_verl_group(ours, ours_pool)
+        close_verl_group(theirs, theirs_pool)
     rows = [
         comparison_row(f"{label}, init_worker", "envfleet's adapter", start_ours, "verl-vla's env worker", start_theirs),
         comparison_row(f"{label}, first reset_env", "envfleet's adapter", reset_ours, "verl-vla's env worker", reset_theirs),
@@ -199,7 +204,8 @@ def main() -> int:
     rollout: list[dict[str, Any]] = []
     notes: list[str] = []
     if "libero" in list_backends() and not os.environ.get("ENVFLEET_BENCH_NO_LIBERO"):
-        rows += step_cost(f"LIBERO spatial, {N} envs, {HW}x{HW}, chunk {CHUNK}, render last", LIBERO, LIBERO_SIM, REPS)
+        label = f"LIBERO spatial, {N} envs, {HW}x{HW}, chunk {CHUNK}, render last, {EPP} env(s) per process"
+        rows += step_cost(label, LIBERO, LIBERO_SIM, REPS)
         if src:
             rollout = rollout_cost(typed_config(src), REPS)
         else:
