@@ -39,15 +39,30 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RENDER_ENV = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}  # as noxfile.py's sessions set it
 Figures = dict[tuple[str, str], float]
+# Sections that start no Ray. a16c030's init_ray joins any Ray running on the machine (ray.init's
+# own search), so the others need a machine with no other Ray up.
+RAY_FREE = ("manager", "dataproto")
 
 # Which way a figure is better, by the words in its column's name (first match wins).
 _LOWER = ("leaked", "lost", "truncated", "stall", "(ms)", "(s)", "ms per", "wall", "cycle / ideal", "added")
 _HIGHER = ("steps/s", "/s", "recovered", "returned", "ratio_vs", "x)")
+
+
+def running_rays() -> list[int]:
+    """Pids of the Ray GCS servers running on this machine (one per Ray instance)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(os.path.join("/proc", entry, "comm")) as fh:
+                if fh.read().strip() == "gcs_server":
+                    pids.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return pids
 
 
 def git(*args: str) -> str:
@@ -91,7 +106,9 @@ class Side:
         """Run ``argv`` in the tree with this side's environment; its output goes to ``log``. (exit code, seconds)."""
         t0 = time.perf_counter()
         with open(log, "w") as fh:
-            code = subprocess.run(argv, cwd=self.tree, env={**self.env, **(env or {})}, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout)
+            code = subprocess.run(
+                argv, cwd=self.tree, env={**self.env, **(env or {})}, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout
+            )
         return code.returncode, time.perf_counter() - t0
 
     def remove(self) -> None:
@@ -196,6 +213,12 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if not os.path.exists(args.python):
         parser.error(f"--python {args.python} does not exist: build the tests session's venv (nox -s tests --install-only) or pass one")
+    rays = running_rays()
+    if rays and any(section not in RAY_FREE for section in args.sections):
+        parser.error(
+            f"another Ray is running here (gcs_server pids {rays}): the older commit's init_ray would join it instead of starting "
+            f"its own; stop it, or run only {', '.join(RAY_FREE)}"
+        )
     parent = tempfile.mkdtemp(prefix="envfleet-before-after-")
     logs = tempfile.mkdtemp(prefix="envfleet-before-after-logs-")  # kept: a failed run points to its log
     print(f"logs in {logs}")
@@ -215,7 +238,10 @@ def main(argv: list[str]) -> int:
                 # Base first in even rounds, head first in odd ones: neither always runs on a warmer machine.
                 for side in sides if r % 2 == 0 else sides[::-1]:
                     log = os.path.join(logs, f"{section}-{side.name}-{r + 1}.log")
-                    print(f"[{time.strftime('%H:%M:%S')}] {section}: {side.name} {side.commit}, round {r + 1}/{args.rounds} (log {log})", flush=True)
+                    print(
+                        f"[{time.strftime('%H:%M:%S')}] {section}: {side.name} {side.commit}, round {r + 1}/{args.rounds} (log {log})",
+                        flush=True,
+                    )
                     if section == "chaos":
                         runs[side.name].append(chaos_figures(side, log, args.chaos_full, args.select))
                     else:

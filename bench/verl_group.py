@@ -23,8 +23,8 @@ import ray
 from common import comparison_row  # bench/ is this script's directory, first on sys.path
 from configs import toy_overrides
 from omegaconf import OmegaConf
-from verl import DataProto as VerlDataProto
 from ray.util.placement_group import remove_placement_group
+from verl import DataProto as VerlDataProto
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 
 from envfleet.config import load_config
