@@ -75,9 +75,10 @@ def verl_env_group(env: Any, workers: int) -> tuple[RayWorkerGroup, RayResourceP
 
 def close_verl_group(group: RayWorkerGroup, pool: RayResourcePool) -> None:
     """Kill the group's actors, as verl's and verl-vla's trainers do at shutdown, and remove the pool's
-    placement groups. verl never removes them: each would hold a CPU bundle of the bench's Ray for the
-    rest of its run, and a later group's placement group would wait for free CPUs forever (with
-    envfleet's group at 2 CPUs per worker, the fourth group of a run on ``init_ray(num_cpus=4)``)."""
+    placement groups. verl never removes them (verl 0.7.1 and 0.9.1 call no ``remove_placement_group``):
+    each would hold a CPU of the bench's Ray for the rest of its run, and ``RayResourcePool`` waits for
+    its placement group with no timeout. With envfleet's group at 2 CPUs per worker on
+    ``init_ray(num_cpus=4)``, this script's third verl group (the overlap case) then never starts."""
     for worker in group.workers:
         ray.kill(worker)
     for pg in pool.pgs or []:
