@@ -35,6 +35,7 @@ import glob
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -157,12 +158,6 @@ def chaos_figures(side: Side, log: str, full: bool, select: str | None) -> Figur
     return figures
 
 
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def verdict(column: str, base: float, head: float) -> str:
     """Whether head is at least as good as base on this figure ('yes' / 'no'), or '?' where its name does not say."""
     name = column.lower()
@@ -188,9 +183,11 @@ def table(title: str, base: Side, head: Side, runs: dict[str, list[Figures]]) ->
         b = [f[(label, column)] for f in runs["base"] if (label, column) in f]
         h = [f[(label, column)] for f in runs["head"] if (label, column) in f]
         if not b or not h:
-            lines.append(f"| {label} | {column} | {_fmt(median(b)) if b else '-'} | {_fmt(median(h)) if h else '-'} | - | - |")
+            lines.append(
+                f"| {label} | {column} | {_fmt(statistics.median(b)) if b else '-'} | {_fmt(statistics.median(h)) if h else '-'} | - | - |"
+            )
             continue
-        mb, mh = median(b), median(h)
+        mb, mh = statistics.median(b), statistics.median(h)
         ratio = f"{mh / mb:.3f}" if mb else ("1.000" if mh == mb else "-")
         lines.append(f"| {label} | {column} | {_fmt(mb)} | {_fmt(mh)} | {ratio} | {verdict(column, mb, mh)} |")
     return "\n".join(lines)
