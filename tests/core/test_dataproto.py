@@ -205,6 +205,14 @@ def test_from_arrays_shares_memory_and_builds_the_batch_on_first_use() -> None:
         DataProto.from_arrays({"a": np.zeros(3), "b": np.zeros(4)})
 
 
+def test_tensor_keys_are_read_without_building_the_batch() -> None:
+    d = DataProto.from_arrays({"img": np.zeros((2, 4, 4, 3), np.uint8), "r": np.ones(2, np.float32)}, {"s": ["a", "b"]})
+    back = pickle.loads(pickle.dumps(d, protocol=5))
+    assert back.tensor_keys() == {"img", "r"} and back._batch is None  # still the arrays
+    assert back.tensor_keys() == frozenset(back.batch.keys())  # the same names once built
+    assert DataProto.from_dict(non_tensors={"s": np.array(["a"], dtype=object)}).tensor_keys() == frozenset()
+
+
 def test_concat_of_unbuilt_parts() -> None:
     parts = [DataProto.from_arrays({"x": np.full((2, 2), i, np.int64)}, {"s": [f"{i}a", f"{i}b"]}, {"m": 0}) for i in range(3)]
     out = DataProto.concat(parts)

@@ -64,7 +64,7 @@ def concat_harmonized(parts: Sequence[DataProto]) -> DataProto:
     # made this quadratic-looking loop cost five times the concat itself at 64 workers. They
     # are read from the columns, not from ``batch``: a result that came through Ray holds
     # arrays, and reading ``batch`` would build a TensorDict per worker only to learn its keys.
-    keys = [_keys(p) for p in parts]
+    keys = [(p.tensor_keys(), frozenset(p.non_tensor_batch)) for p in parts]
     if all(k == keys[0] for k in keys):
         return DataProto.concat(parts)  # every worker answered alike: the usual case
     tensor_keys: dict[str, Any] = {}
@@ -88,9 +88,3 @@ def concat_harmonized(parts: Sequence[DataProto]) -> DataProto:
             if k not in nk:
                 p.non_tensor_batch[k] = np.zeros((n, *ref.shape[1:]), dtype=ref.dtype)
     return DataProto.concat(parts)
-
-
-def _keys(part: DataProto) -> tuple[frozenset[str], frozenset[str]]:
-    """A part's tensor keys and non-tensor keys, without building its TensorDict."""
-    columns, _ = part._columns()
-    return frozenset(str(k) for k in columns), frozenset(part.non_tensor_batch)

@@ -107,6 +107,11 @@ class DataProtoCore:
             return {}, None
         return dict(self._batch.items()), int(self._batch.batch_size[0])
 
+    def tensor_keys(self) -> frozenset[str]:
+        """The names of the tensor columns, read without building the TensorDict (a DataProto that
+        came through Ray or pickling holds arrays until ``batch`` is read)."""
+        return frozenset(str(k) for k in self._columns()[0])
+
     def _like(self: _D, batch: TensorDict | None, non_tensor_batch: Mapping[str, Any], meta_info: dict[str, Any] | None = None) -> _D:
         """A new DataProto of this one's class; ``meta_info`` defaults to a copy of this one's."""
         return type(self)(
