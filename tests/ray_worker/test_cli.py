@@ -180,7 +180,9 @@ def test_backends_check_builds_and_steps_each_backend() -> None:
 
 def test_ctrl_c_writes_the_partial_summary_and_leaves_nothing_behind(tmp_path) -> None:
     """SIGINT to the command's process group, as a terminal's Ctrl-C sends it, mid-rollout."""
+    import re
     import signal
+    import threading
     import time
 
     from ..conftest import pid_alive, shm_segments
@@ -203,24 +205,35 @@ def test_ctrl_c_writes_the_partial_summary_and_leaves_nothing_behind(tmp_path) -
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "RAY_ADDRESS": ""},
+        env={**os.environ, "RAY_ADDRESS": "", "ENVFLEET_PROGRESS": "1"},
         start_new_session=True,
         # As in a terminal: a job started in the background without job control (a CI runner's,
         # say) inherits SIGINT ignored, and then Python installs no KeyboardInterrupt handler.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+    out: list[str] = []
+    err: list[str] = []
+    drains = [
+        threading.Thread(target=lambda: out.extend(iter(lambda: proc.stdout.read(1), "")), daemon=True),  # type: ignore[union-attr]
+        threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(1), "")), daemon=True),  # type: ignore[union-attr]
+    ]
+    for drain in drains:
+        drain.start()
     try:
+        # Ctrl-C once the progress bar has counted env steps: the group is up and a step came back,
+        # however long the first reset took on a loaded machine.
         deadline = time.time() + 240
-        line = ""
-        while "envfleet rollout:" not in line and time.time() < deadline:  # the group is up and stepping
-            line = proc.stdout.readline()  # type: ignore[union-attr]
-            assert line or proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
-        time.sleep(3)
+        while not re.search(r"\|\s*[1-9][0-9]*/[0-9]+", "".join(err)) and time.time() < deadline:
+            assert proc.poll() is None, "".join(err)
+            time.sleep(0.2)
         os.killpg(proc.pid, signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=180)
+        proc.wait(timeout=180)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        for drain in drains:
+            drain.join(timeout=30)
+    stdout, stderr = "".join(out), "".join(err)
     assert proc.returncode == 130, stderr
     summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["interrupted"] is True and summary["env_steps"] > 0
