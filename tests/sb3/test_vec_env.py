@@ -145,6 +145,18 @@ def test_bad_calls_are_clear_and_leave_it_usable(venv) -> None:
     assert obs["full_image"].shape == (3, 16, 16, 3) and len(infos) == 3
 
 
+def test_options_go_to_the_gymnasium_face_and_autoreset_mode_is_refused(no_leaks) -> None:
+    with pytest.raises(ValueError, match=r"autoreset_mode='next_step'.*SAME_STEP.*leave autoreset_mode out"):
+        make_vec_env(toy_cfg(), autoreset_mode="next_step")
+    with pytest.raises(ValueError, match="step must be one of"):
+        make_vec_env(toy_cfg(), step="every")
+    env = make_vec_env(toy_cfg(), step="action")
+    try:
+        assert env.action_space.shape == (7,) and env.vector_env.metadata["autoreset_mode"].name == "SAME_STEP"
+    finally:
+        env.close()
+
+
 def test_a_crash_ends_the_episode_as_truncated_and_close_frees_everything(no_leaks) -> None:
     # exit_on_step=1: every shard process exits inside its second chunk, as a crashing simulator does.
     venv = make_vec_env(toy_cfg(envs_per_process=1, max_restarts=5, **{"toy.exit_on_step": 1}))

@@ -33,11 +33,15 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError
 
 __all__ = ["OBS_KEYS", "NESTED_OBS_KEY", "RESERVED_KEYS", "put_tensor_cpu", "env_batch_dataproto", "create_env_batch_dataproto"]
+
+#: A column of a step's DataProto, rows first: an array (or what numpy makes one of) or a tensor.
+Column = ArrayLike | torch.Tensor
 
 OBS_KEYS = ("full_image", "wrist_image", "state")
 NESTED_OBS_KEY = "images_and_states"
@@ -104,9 +108,9 @@ def _observations(obs: Mapping[str, Any]) -> Mapping[str, Any]:
 def env_batch_dataproto(
     obs: Mapping[str, Any],
     task_descriptions: Sequence[str] | None,
-    rews: Any,
-    terminations: Any,
-    truncations: Any,
+    rews: Column,
+    terminations: Column,
+    truncations: Column,
     infos: Mapping[str, Any] | None = None,
     meta: Mapping[str, Any] | None = None,
 ) -> DataProto:

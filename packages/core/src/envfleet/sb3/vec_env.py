@@ -36,7 +36,6 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvO
 
 from ..errors import ClosedEnvironmentError, InvalidInputError, LifecycleError
 from ..gym import EnvfleetVectorEnv
-from ..plugins import BackendSpec
 
 __all__ = ["RESET_OPTIONS", "EnvfleetVecEnv", "make_vec_env"]
 
@@ -64,33 +63,21 @@ class EnvfleetVecEnv(VecEnv):  # type: ignore[misc]
     """An SB3 ``VecEnv`` of ``train.num_envs`` envs of one backend; see the module doc.
 
     :param config: anything :func:`envfleet.load_config` accepts: a YAML path, a dict, a DictConfig.
-    :param step: ``"chunk"`` (one step per chunk, the default) or ``"action"``.
-    :param mode: which env section of the config: ``"train"`` or ``"val"``.
-    :param render_mode: ``None`` or ``"rgb_array"`` (:meth:`render` tiles the images already returned).
-    :param stage_id: the stage this env is (seeds, shared-memory names, messages).
-    :param backend: a :class:`~envfleet.plugins.BackendSpec`; looked up from ``simulator_type`` when omitted.
+    :param options: the gymnasium face's (:class:`~envfleet.gym.EnvfleetVectorEnv`), passed to it
+        unchanged: ``step`` (``"chunk"``, the default, or ``"action"``), ``mode`` (``"train"`` or
+        ``"val"``), ``render_mode`` (``None`` or ``"rgb_array"``: :meth:`render` tiles the images
+        already returned), ``stage_id`` and ``backend``. Not ``autoreset_mode``: SB3's ``VecEnv``
+        resets a finished env within the step, which is gymnasium's ``SAME_STEP``.
     """
 
-    def __init__(
-        self,
-        config: Any,
-        *,
-        step: str = "chunk",
-        mode: str = "train",
-        render_mode: str | None = None,
-        stage_id: int = 0,
-        backend: BackendSpec | None = None,
-    ) -> None:
+    def __init__(self, config: Any, **options: Any) -> None:
+        if "autoreset_mode" in options:
+            raise ValueError(
+                f"autoreset_mode={options['autoreset_mode']!r}: SB3's VecEnv resets a finished env within the step "
+                "(gymnasium's SAME_STEP, which this shim always uses); leave autoreset_mode out"
+            )
         #: The gymnasium face this shim translates; the simulator runs behind it.
-        self.vector_env = EnvfleetVectorEnv(
-            config,
-            autoreset_mode=AutoresetMode.SAME_STEP,
-            step=step,
-            mode=mode,
-            render_mode=render_mode,
-            stage_id=stage_id,
-            backend=backend,
-        )
+        self.vector_env = EnvfleetVectorEnv(config, autoreset_mode=AutoresetMode.SAME_STEP, **options)
         self._actions: np.ndarray | None = None
         self._started = False
         try:
