@@ -216,6 +216,16 @@ def _venv_env(python: str) -> dict[str, str]:
     return {"PATH": os.pathsep.join([bindir, os.environ.get("PATH", "")]), "VIRTUAL_ENV": os.path.dirname(bindir)}
 
 
+def _spread(session: nox.Session, dist: str = "loadfile") -> list[str]:
+    """pytest's arguments that run a session's default selection on `TEST_WORKERS` workers.
+
+    A backend's suite keeps one core busy (one simulator at a time); two workers use both.
+    ``dist``: ``loadfile`` keeps a file's tests (and its module fixtures) on one worker;
+    ``loadscope`` does so per class, for a file of several conformance classes. None when the
+    command line names tests: those run in one process, as ``nox -s tests -- <paths>`` does."""
+    return [] if session.posargs else ["-n", str(TEST_WORKERS), "--dist", dist]
+
+
 def _serial_tests() -> list[str]:
     """The node ids (or files) of tests/conftest.py's ``SERIAL``, read without importing it."""
     with open("tests/conftest.py") as fh:
@@ -269,7 +279,7 @@ def tests_core(session: nox.Session) -> None:
     tests-verl the DataProto ones again on verl's pins.
     """
     # MuJoCo (torch-free) for the GL probe's tests, which open real EGL and OSMesa contexts through it.
-    session.install("-c", "requirements/py311.txt", "-e", "packages/core[testing]", "pytest-timeout", "mujoco")
+    session.install("-c", "requirements/py311.txt", "-e", "packages/core[testing]", "pytest-timeout", "pytest-xdist", "mujoco")
     args = []
     for path in TEST_PLUGINS:
         args += ["-e", path]
@@ -279,7 +289,7 @@ def tests_core(session: nox.Session) -> None:
         *(f"--ignore=tests/core/{name}" for name in CORE_TORCH_MODULES),
         *(f"--deselect=tests/core/{node}" for node in CORE_TORCH_TESTS),
     ]
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=RENDER_ENV)
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *_spread(session), *args, env=RENDER_ENV)
 
 
 @nox.session(name="tests-verl", venv_backend="none")
@@ -342,7 +352,9 @@ def tests_isaac(session: nox.Session) -> None:
     warp_cache = os.path.join(session.cache_dir, "warp")
     args = session.posargs or ["tests/isaac"]
     env = {"WARP_CACHE_PATH": warp_cache, "OMNI_KIT_ACCEPT_EULA": "YES"}
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:dash", "--timeout=1500", "-ra", *args, env=env)
+    session.run(
+        "python", "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:dash", "--timeout=1500", "-ra", *_spread(session), *args, env=env
+    )
 
 
 @nox.session(name="tests-metaworld", venv_backend="none")
@@ -372,7 +384,7 @@ def tests_metaworld(session: nox.Session) -> None:
         "OMNI_KIT_ACCEPT_EULA": "YES",
     }
     args = session.posargs or ["tests/metaworld", "tests/simulator_python"]
-    session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=env, external=True)
+    session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *_spread(session), *args, env=env, external=True)
 
 
 @nox.session(name="tests-maniskill", venv_backend="none")
@@ -385,7 +397,9 @@ def tests_maniskill(session: nox.Session) -> None:
     session.run(python, "-m", "pip", "install", "-q", "--no-deps", "-r", MANISKILL_LOCK, "-e", "packages/backend-maniskill", external=True)
     args = session.posargs or ["tests/maniskill"]
     env = {**RENDER_ENV, **_venv_env(python)}
-    session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=1800", "-ra", *args, env=env, external=True)
+    # loadscope: the three tasks' conformance classes share a file.
+    pytest = [python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=1800", "-ra", *_spread(session, "loadscope")]
+    session.run(*pytest, *args, env=env, external=True)
 
 
 @nox.session(name="tests-lerobot", python=PY312)
