@@ -115,7 +115,10 @@ def rollout_with_faults(
         nonlocal cursor
         take = np.resize(np.roll(ids, -cursor), W * S * N)
         cursor = (cursor + W * S * N) % len(ids)
-        group.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": take})).get()
+        # .batch: the TensorDict is built on first read, and the process's first one imports
+        # tensordict (about 2 s here; core imports it only when one is built). Read here, before
+        # the clock starts, so that wall_s times the rollout and not a one-time import.
+        _ = group.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": take})).get().batch
 
     reset()
     done = np.zeros((S, W * N), dtype=bool)
