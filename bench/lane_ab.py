@@ -28,13 +28,9 @@ def main(tree: str) -> None:
     import ray
     from configs import start_ray, toy_cfg
 
+    from envfleet import ProcessEnvManager
     from envfleet.dataproto import DataProto
     from envfleet_ray.group import EnvWorkerGroup
-
-    try:
-        from envfleet import ProcessEnvManager
-    except ImportError:  # commits before ProcessEnvManager was exported from envfleet
-        from envfleet.manager import ProcessEnvManager
 
     start_ray()
     cfg = toy_cfg(2, 64, chunk=8, **{"toy.frozen": True})
