@@ -262,7 +262,7 @@ def tests(session: nox.Session) -> None:
     # (tests/conftest.py SERIAL).
     builds = _start_py312_builds(session)
     try:
-        session.run(*pytest, "-n", str(TEST_WORKERS), "--dist", "loadfile", "-m", "not serial", *args, env=RENDER_ENV)
+        session.run(*pytest, *_spread(session), "-m", "not serial", *args, env=RENDER_ENV)
         # Their node ids, not the tree again: collecting every test costs more than running these.
         session.run(*pytest, "-m", "serial", *_serial_tests(), env=RENDER_ENV)
     finally:
