@@ -19,7 +19,7 @@ import ray
 
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
-from envfleet.errors import WorkerDiedError
+from envfleet.errors import InvalidInputError, WorkerDiedError
 from envfleet_ray.group import EnvWorkerGroup
 from envfleet_ray.placement import PlacementError
 
@@ -145,6 +145,58 @@ def test_workers_land_on_sim_nodes_only(cluster) -> None:
     assert ray.available_resources().get("sim", 0) == 4, "the group's bundles were not given back"
 
 
+def step_ids(group: EnvWorkerGroup, ids: np.ndarray, acts: np.ndarray) -> DataProto:
+    group.reset_envs_to_state_ids(DataProto.from_dict(non_tensors={"state_ids": ids})).get()
+    return group.env_interact_step(DataProto.from_dict(non_tensors={"actions": acts}, meta_info={"stage_id": 0})).get()
+
+
+def test_a_node_of_several_workers_is_stepped_through_its_relay(cluster) -> None:
+    """One Ray call per simulator node: each node's relay reaches its 2 workers over their lanes."""
+    sims = set(sim_node_ids())
+    ids = (np.arange(4 * N) * 7) % 30
+    acts = np.random.default_rng(0).uniform(-1, 1, (4 * N, CHUNK, 7)).astype(np.float32)
+    kw = {"num_workers": 4, "cpus_per_worker": 0.25, "resources": SIM, "strategy": "SPREAD"}
+    direct = EnvWorkerGroup(cfg(), node_relay=False, **kw)
+    try:
+        assert direct.relay_ranks == {}
+        direct.init_worker()
+        direct.init_simulator()
+        expected = step_ids(direct, ids, acts)
+    finally:
+        direct.shutdown()
+    group = EnvWorkerGroup(cfg(), max_restarts=1, **kw)
+    relay_pids: list[int] = []
+    try:
+        nodes = [info["node_id"] for info in group.node_info()]
+        assert group.relay_ranks == {node: [r for r in range(4) if nodes[r] == node] for node in sims}
+        relays = group.relay_info()
+        assert sorted(r["node_id"] for r in relays) == sorted(sims), "one relay per simulator node, on that node"
+        relay_pids = [r["pid"] for r in relays]
+        group.init_worker()
+        group.init_simulator()
+        out = step_ids(group, ids, acts)
+        for key in ("rews", "state_id", "terminations", "truncations", "full_image"):
+            assert np.array_equal(out.batch[key].numpy(), expected.batch[key].numpy()), f"{key} differs through the relay"
+        # A worker's own error comes back as itself, and the group steps on.
+        with pytest.raises(InvalidInputError, match="float dtype"):
+            bad = DataProto.from_dict(non_tensors={"actions": acts.astype(np.int64)}, meta_info={"stage_id": 0})
+            group.env_interact_step(bad).get()
+        # A relayed worker killed alone: recreated, its envs reported restarted, attached to the relay again.
+        victim = group.node_info()[1]
+        os.kill(victim["pid"], signal.SIGKILL)
+        after = group.env_interact_step(DataProto.from_dict(non_tensors={"actions": acts}, meta_info={"stage_id": 0})).get()
+        restarted = after.batch["sim_restarted"].numpy().astype(bool).reshape(4, N)
+        assert restarted[1].all() and not restarted[[0, 2, 3]].any()
+        assert group.restarts == 1
+        assert 1 in group.relay_ranks[group.node_info()[1]["node_id"]], "the recreated worker is not stepped through its node's relay"
+        assert group.env_interact_step(DataProto.from_dict(non_tensors={"actions": acts}, meta_info={"stage_id": 0})).get().batch[
+            "rews"
+        ].shape == (4 * N, CHUNK)
+    finally:
+        group.shutdown()
+    assert relay_pids and not wait_gone(relay_pids), "a relay outlived the group's shutdown"
+
+
 def test_workers_follow_node_labels(cluster) -> None:
     labelled = next(i for i, n in sim_node_ids().items() if (n.get("Labels") or {}).get("role") == "sim")
     group = EnvWorkerGroup(cfg(), num_workers=2, cpus_per_worker=0.25, labels={"role": "sim"}, strategy="SPREAD")
@@ -187,6 +239,7 @@ def test_lost_node_workers_recreated_on_surviving_nodes(cluster, lossy_nodes) ->
         before = group.node_info()
         victim = before[0]["node_id"]
         lost = [r for r, info in enumerate(before) if info["node_id"] == victim]
+        assert group.relay_ranks[victim] == lost  # the in-flight step reaches them through their node's relay
         kept = [r for r in range(4) if r not in lost]
         acts = np.zeros((4 * N, CHUNK, 7), np.float32)
         future = group.env_interact_step(DataProto.from_dict(non_tensors={"actions": acts}, meta_info={"stage_id": 0}))
@@ -203,6 +256,8 @@ def test_lost_node_workers_recreated_on_surviving_nodes(cluster, lossy_nodes) ->
         assert all(after[r]["node_id"] != victim for r in lost)
         alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         assert {info["node_id"] for info in after} <= alive
+        assert victim not in group.relay_ranks and {r["node_id"] for r in group.relay_info()} <= alive, "the lost node's relay is kept"
+        assert sorted(r for ranks in group.relay_ranks.values() for r in ranks) == [0, 1, 2, 3]
         causes = group.finish_rollout()["total"]["restart_causes"]
         assert sorted(c["rank"] for c in causes if c["stage"] is None) == lost
         assert all("its node is lost" in c["cause"] and victim[:8] in c["cause"] for c in causes if c["stage"] is None)

@@ -18,6 +18,9 @@ Where workers may run: ``resources`` (custom Ray resources per bundle, e.g.
 
 Steps to a worker on the driver's node take the local lane (:mod:`envfleet_ray.lane`)
 instead of Ray's task path; pass ``local_lane=False`` to send everything through Ray.
+Steps to another node that holds two or more workers take one Ray call to that node's
+relay (:mod:`envfleet_ray.relay`), which reaches its workers over their local lanes;
+pass ``node_relay=False`` to call each of them through Ray.
 """
 
 from __future__ import annotations
@@ -32,17 +35,18 @@ import ray
 from omegaconf import DictConfig, OmegaConf
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError, WorkerDiedError
 
-from .futures import DEAD_WORKER_ERRORS, GroupFuture, WorkerCall, unwrap_task_error
+from .futures import DEAD_WORKER_ERRORS, GroupFuture, RelayCall, WorkerCall, unwrap_task_error
 from .lane import LaneClient, LaneClosed
 from .metrics import merge_metrics
 from .placement import PlacementError, alive_nodes, bundle_shape, check_feasible, describe_nodes, reserve, wait_placed
 from .recovery import chunk_of, concat_harmonized, dead_error
+from .relay import NodeRelay
 from .worker import EnvWorker
 
 __all__ = ["EnvWorkerGroup", "GroupFuture", "concat_harmonized"]  # GroupFuture: see envfleet_ray.futures
@@ -70,6 +74,8 @@ class EnvWorkerGroup:
         (off when an autoscaler will add nodes; ``placement_timeout_s`` still bounds the wait).
     :param restart_timeout_s: how long recreating dead workers may wait for a node that
         satisfies the placement (None: ``placement_timeout_s``).
+    :param node_relay: step the workers of another node that holds two or more of them
+        through one relay actor there (:mod:`envfleet_ray.relay`): one Ray call per node.
     """
 
     def __init__(
@@ -87,6 +93,7 @@ class EnvWorkerGroup:
         labels: Mapping[str, str] | None = None,
         check_placement: bool = True,
         restart_timeout_s: float | None = None,
+        node_relay: bool = True,
     ) -> None:
         if not ray.is_initialized():
             raise RuntimeError("EnvWorkerGroup needs Ray: call envfleet_ray.init_ray() (or ray.init()) first")
@@ -121,6 +128,8 @@ class EnvWorkerGroup:
         self._cfg_container = OmegaConf.to_container(config, resolve=True)
         self._pg = reserve([self.bundle] * self.num_workers, strategy, self.labels, placement_timeout_s, check=check_placement)
         self._lanes: list[LaneClient | None] = []
+        self._relays: dict[str, Any] = {}  # node id -> its NodeRelay actor
+        self._relayed: dict[int, str] = {}  # rank -> the node id of the relay that carries its steps
         self._actor_cls = ray.remote(EnvWorker)
         self.workers: list[Any] = [self._create(rank) for rank in range(self.num_workers)]
         try:
@@ -131,7 +140,9 @@ class EnvWorkerGroup:
         self._initialized: set[str] = set()
         self._last_reset: dict[str, DataProto] = {}
         self._local_lane = bool(local_lane)
+        self._node_relay = bool(node_relay)
         self._lanes = [self._open_lane(rank) for rank in range(self.num_workers)]
+        self._attach_relays(range(self.num_workers))
 
     # ------------------------------------------------------------------ actors
     def _create(self, rank: int) -> Any:
@@ -203,6 +214,97 @@ class EnvWorkerGroup:
         """The ranks whose steps take the local lane."""
         return [rank for rank, lane in enumerate(self._lanes) if lane is not None]
 
+    @property
+    def relay_ranks(self) -> dict[str, list[int]]:
+        """Node id -> the ranks whose steps go through that node's relay."""
+        out: dict[str, list[int]] = {}
+        for rank, node in sorted(self._relayed.items()):
+            out.setdefault(node, []).append(rank)
+        return out
+
+    def relay_info(self) -> list[dict[str, Any]]:
+        """Node id and pid of each relay the group holds (for tests and the doctor)."""
+        return list(ray.get([relay.where.remote() for relay in self._relays.values()]))
+
+    def _attach_relays(self, ranks: Sequence[int]) -> None:
+        """Route ``ranks`` through their node's relay where that node holds two or more workers."""
+        if not self._node_relay:
+            return
+        here = ray.get_runtime_context().get_node_id()
+        count: dict[Any, int] = {}
+        for info in self.nodes:
+            count[info.get("node_id")] = count.get(info.get("node_id"), 0) + 1
+        wanted = [
+            rank
+            for rank in ranks
+            if self._lanes[rank] is None
+            and self.nodes[rank].get("node_id") not in (here, None)
+            and (count[self.nodes[rank]["node_id"]] >= 2 or self.nodes[rank]["node_id"] in self._relays)
+        ]
+        if not wanted:
+            return
+        lanes = ray.get([self.workers[rank].open_lane.remote() for rank in wanted])
+        attached = {}
+        for rank, (address, token) in zip(wanted, lanes):
+            node = self.nodes[rank]["node_id"]
+            relay = self._relay_on(node)
+            if relay is not None:
+                attached[rank] = (node, relay.attach.remote(rank, address, token, self.stage_num))
+        for rank, (node, ref) in attached.items():
+            try:
+                why = ray.get(ref)
+            except DEAD_WORKER_ERRORS as exc:
+                why = f"the relay died: {type(exc).__name__}"
+            if why is None:
+                self._relayed[rank] = node
+            else:  # the worker's steps go through Ray
+                log.info("worker %d: no relay on node %s (%s); its steps go through Ray", rank, node[:8], why)
+
+    def _relay_on(self, node: str) -> Any:
+        """The relay on ``node``, started now if needed; None when it cannot start there."""
+        if node in self._relays:
+            return self._relays[node]
+        relay: Any = (
+            ray.remote(NodeRelay)
+            .options(
+                num_cpus=0,
+                max_concurrency=self.stage_num + 4,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+            )
+            .remote()
+        )
+        try:
+            ray.get(relay.where.remote(), timeout=self._restart_timeout_s)
+        except Exception as exc:  # the node went away meanwhile: its workers go through Ray
+            log.info("no relay on node %s: %s: %s", node[:8], type(exc).__name__, exc)
+            try:
+                ray.kill(relay, no_restart=True)
+            except Exception:
+                pass
+            return None
+        self._relays[node] = relay
+        return relay
+
+    def _drop_relays(self, ranks: Sequence[int]) -> None:
+        """Take ``ranks`` off their relays; a relay whose node is no longer alive is dropped."""
+        for rank in ranks:
+            node = self._relayed.pop(rank, None)
+            relay = self._relays.get(node) if node else None
+            if relay is not None:
+                relay.detach.remote(rank)  # a relay that is gone ignores it
+        try:
+            alive = {n["NodeID"] for n in alive_nodes()}
+        except Exception:
+            return
+        for node in [n for n in self._relays if n not in alive]:
+            relay = self._relays.pop(node)
+            for rank in [r for r, n in self._relayed.items() if n == node]:
+                del self._relayed[rank]
+            try:
+                ray.kill(relay, no_restart=True)
+            except Exception:
+                pass
+
     def _confirm_dead(self, dead: Mapping[int, BaseException]) -> dict[int, BaseException]:
         """Ray's account of each death: a dropped connection (``ActorUnavailableError``, a closed
         lane) comes before Ray has declared the worker, or its node, dead.
@@ -267,6 +369,7 @@ class EnvWorkerGroup:
             except Exception:
                 pass
             self._close_lane(rank)
+        self._drop_relays(ranks)
         # The bundles of a lost node: Ray moves them to alive nodes that satisfy the
         # placement. Wait for that, bounded, rather than leave the actors pending for ever.
         try:
@@ -303,6 +406,7 @@ class EnvWorkerGroup:
             raise self._dead_error(dead, f"recreating them failed: {type(exc).__name__}: {exc}") from exc
         for rank in ranks:
             self._lanes[rank] = self._open_lane(rank)
+        self._attach_relays(ranks)
         self.recoveries.append({"ranks": ranks, "nodes": old, "at": at, "recreate_s": time.perf_counter() - t0})
 
     # ------------------------------------------------------------------ broadcast
@@ -397,8 +501,20 @@ class EnvWorkerGroup:
         mode = str(data.meta_info.get("mode", "train"))
         chunk = self._chunk
         parts = [data] if self.num_workers == 1 else data.chunk(self.num_workers)
+        relayed: dict[str, list[tuple[int, DataProto]]] = {}
+        for rank, node in self._relayed.items():
+            relayed.setdefault(node, []).append((rank, parts[rank]))
+        via_relay = {
+            rank: call
+            for node, shares in relayed.items()
+            for call in [RelayCall(self._relays[node].step.remote(stage, shares), node)]
+            for rank, _ in shares
+        }
         calls: list[WorkerCall] = []
-        for w, lane, p in zip(self.workers, self._lanes, parts):
+        for rank, (w, lane, p) in enumerate(zip(self.workers, self._lanes, parts)):
+            if rank in via_relay:
+                calls.append(WorkerCall.via_relay(via_relay[rank], rank))
+                continue
             if lane is None:
                 calls.append(WorkerCall.via_ray(w.env_interact_step.remote(p)))
                 continue
@@ -420,6 +536,12 @@ class EnvWorkerGroup:
         """Close every worker (their simulators and shared memory) and free the placement group."""
         for rank in range(len(self._lanes)):
             self._close_lane(rank)
+        for relay in self._relays.values():
+            try:
+                ray.kill(relay, no_restart=True)
+            except Exception:
+                pass
+        self._relays, self._relayed = {}, {}
         try:
             ray.get([w.close.remote() for w in self.workers], timeout=60)
         except Exception:
