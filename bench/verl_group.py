@@ -46,14 +46,20 @@ def batches(fn: Any, repeat: int) -> float:
     return (time.perf_counter() - t0) / repeat
 
 
-def alternated(first: Any, second: Any, repeat: int) -> tuple[float, float]:
-    """Median seconds per call of ``first`` and ``second``, timed in alternating batches after a warm-up of each."""
+def alternated_batches(first: Any, second: Any, repeat: int) -> tuple[list[float], list[float]]:
+    """Seconds per call of ``first`` and ``second`` in each of ``ROUNDS`` alternating batches, after a warm-up of each."""
     for fn in (first, second):
         batches(fn, 2)
     t_first, t_second = [], []
     for _ in range(ROUNDS):
         t_first.append(batches(first, repeat))
         t_second.append(batches(second, repeat))
+    return t_first, t_second
+
+
+def alternated(first: Any, second: Any, repeat: int) -> tuple[float, float]:
+    """Median seconds per call of ``first`` and ``second``, timed in alternating batches after a warm-up of each."""
+    t_first, t_second = alternated_batches(first, second, repeat)
     return float(np.median(t_first)), float(np.median(t_second))
 
 
