@@ -80,6 +80,7 @@ class RelayShare:
     rank: int
 
     def result(self, timeout: float | None) -> Any:
+        """The worker's result; raises what it raised, or :class:`LaneClosed` when it is gone."""
         outcome = self.call.outcome(self.rank, timeout)
         if outcome.closed is not None:
             raise LaneClosed(outcome.closed)
