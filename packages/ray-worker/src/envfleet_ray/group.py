@@ -501,15 +501,13 @@ class EnvWorkerGroup:
         mode = str(data.meta_info.get("mode", "train"))
         chunk = self._chunk
         parts = [data] if self.num_workers == 1 else data.chunk(self.num_workers)
-        relayed: dict[str, list[tuple[int, DataProto]]] = {}
+        shares: dict[str, list[tuple[int, DataProto]]] = {}  # node -> its relay's (rank, part)s
         for rank, node in self._relayed.items():
-            relayed.setdefault(node, []).append((rank, parts[rank]))
-        via_relay = {
-            rank: call
-            for node, shares in relayed.items()
-            for call in [RelayCall(self._relays[node].step.remote(stage, shares), node)]
-            for rank, _ in shares
-        }
+            shares.setdefault(node, []).append((rank, parts[rank]))
+        via_relay: dict[int, RelayCall] = {}
+        for node, mine in shares.items():
+            call = RelayCall(self._relays[node].step.remote(stage, mine), node)
+            via_relay.update((rank, call) for rank, _ in mine)
         calls: list[WorkerCall] = []
         for rank, (w, lane, p) in enumerate(zip(self.workers, self._lanes, parts)):
             if rank in via_relay:
