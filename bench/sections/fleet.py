@@ -194,7 +194,7 @@ def run() -> None:
         nodes = [_add_sim_node(cluster) for _ in range(SIM_NODES)]
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
-        base: dict[tuple[str, int], tuple[float, float]] = {}  # (toy, workers) -> (wall, driver CPU) at 1 stage
+        base: dict[tuple[str, str, int], tuple[float, float]] = {}  # (toy, route, workers) -> (wall, driver CPU) at 1 stage
         per_worker = 0.0  # bytes, measured at the last size
         skipped: list[str] = []
         views = [(stages, 0.0) for stages in STAGES] + ([(1, SLEEP_S)] if SLEEP_S > 0 else [])
@@ -230,7 +230,7 @@ def run() -> None:
                     group.shutdown()
                 for route, (wall, cpu) in timed.items():
                     if stages == 1:
-                        base[(toy if route == RELAY else f"{toy}, {PER_WORKER}", workers)] = (wall, cpu)
+                        base[(toy, route, workers)] = (wall, cpu)
                     rows.append(
                         {
                             "toy": toy,
@@ -297,19 +297,17 @@ def run() -> None:
     )
 
 
-def _ratios(base: dict[tuple[str, int], tuple[float, float]]) -> list[dict[str, Any]]:
-    """Per toy: the largest size's wall and driver CPU over their values at 4 workers."""
+def _ratios(base: dict[tuple[str, str, int], tuple[float, float]]) -> list[dict[str, Any]]:
+    """Per toy and route: the largest size's wall and driver CPU over their values at 4 workers."""
     out = []
-    for toy in dict.fromkeys(t for t, _ in base):
-        sizes = [w for t, w in base if t == toy]
-        top = max(sizes)
-        # At 4 workers on 4 nodes no node holds two: the one route there is a Ray call per worker.
-        four = base.get((toy, 4)) or base.get((toy.split(", ")[0], 4))
+    for toy, route in dict.fromkeys((t, r) for t, r, _ in base):
+        top = max(w for t, r, w in base if (t, r) == (toy, route))
+        # At 4 workers on 4 nodes no node holds two: its one route (timed as RELAY) is a Ray call per worker.
+        four = base.get((toy, route, 4)) or base.get((toy, RELAY, 4))
         if four is None or top == 4:
             continue
-        (wall, cpu), (wall4, cpu4) = base[(toy, top)], four
-        name, _, route = toy.partition(", ")
-        out.append({"toy": name, "route": route or RELAY, "workers": top, "wall_ratio": wall / wall4, "cpu_ratio": cpu / cpu4})
+        (wall, cpu), (wall4, cpu4) = base[(toy, route, top)], four
+        out.append({"toy": toy, "route": route, "workers": top, "wall_ratio": wall / wall4, "cpu_ratio": cpu / cpu4})
     return out
 
 
