@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -108,10 +109,17 @@ class Peer:
             "VIRTUAL_ENV": home,
         }
         script = os.path.join(ROOT, "bench", "peer_libero.py")
-        self.proc = subprocess.Popen([python, script, stack], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        line = self._read()
-        if not line.startswith("ready "):
-            raise RuntimeError(f"faces: {stack} answered {line!r} instead of ready; its stderr is above")
+        # a session of its own: the stack's worker processes are then killed with it (_kill)
+        self.proc = subprocess.Popen(
+            [python, script, stack], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True
+        )
+        try:
+            line = self._read()
+            if not line.startswith("ready "):
+                raise RuntimeError(f"faces: {stack} answered {line!r} instead of ready; its stderr is above")
+        except BaseException:
+            self._kill()  # a stack left building would load the machine the other variants are timed on
+            raise
         self.info: dict[str, Any] = json.loads(line[len("ready ") :])
 
     def _read(self) -> str:
@@ -129,7 +137,8 @@ class Peer:
         return float(self._read())
 
     def close(self) -> None:
-        """Asks the child to close its stack; kills it if it does not exit within a minute."""
+        """Asks the child to close its stack, then kills whatever of its session is left (all of it
+        when the child has not exited within a minute)."""
         if self.proc.poll() is None:
             try:
                 assert self.proc.stdin is not None
@@ -137,8 +146,16 @@ class Peer:
                 self.proc.stdin.flush()
                 self.proc.wait(timeout=60)
             except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
+                pass
+        self._kill()
+
+    def _kill(self) -> None:
+        """Kills the child and every process of its session (the stack's workers)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
 
 
 def measure_peers(rounds: int, build_worker: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ Imports neither envfleet nor anything of bench/: these venvs hold the peer stack
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -92,8 +93,11 @@ def main(stack: str) -> None:
     """Build ``stack``, then serve ``chunk`` and ``close`` commands on stdin (answers on stdout)."""
     if stack not in STACKS:
         raise SystemExit(f"peer_libero.py: unknown stack {stack!r}; expected one of {sorted(STACKS)}")
-    out = sys.stdout
-    sys.stdout = sys.stderr  # the stacks print progress; the protocol keeps stdout to itself
+    # The protocol keeps stdout to itself: the stacks print progress, and so do the worker processes
+    # they start, which inherit file descriptor 1, so that descriptor is pointed at stderr too.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     env = STACKS[stack]()
     rng = np.random.default_rng(1)  # the EnvWorker path's seed (sections.libero.WorkerStage)
 
