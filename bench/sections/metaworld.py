@@ -21,7 +21,11 @@ from typing import Any
 
 import numpy as np
 
-# Run as a script by MetaWorld's venv, this module finds bench/ (common) on PYTHONPATH.
+# Run as a script by MetaWorld's venv, this module finds bench/ (common) on PYTHONPATH. Its own folder
+# comes first on sys.path then, and the shard processes started here, which inherit sys.path, would
+# import this very file as MetaWorld's `metaworld` package ("no attribute 'MT1'").
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]
 from common import ROOT, rate_in_venv, vector_env_rate, write
 
 NUM_ENVS, SIZE, CHUNK, CHUNKS, WARMUP, ROUNDS = 2, 128, 8, 12, 2, 3
