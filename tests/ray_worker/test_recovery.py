@@ -57,6 +57,20 @@ def test_bundle_shape_rejects_what_ray_cannot_take() -> None:
         bundle_shape(1, resources={"sim": -1})
 
 
+def test_raylet_answers_tells_a_listening_port_from_a_closed_one() -> None:
+    import socket
+
+    from envfleet_ray.placement import raylet_answers
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        assert raylet_answers({"NodeManagerAddress": "127.0.0.1", "NodeManagerPort": port})
+    assert not raylet_answers({"NodeManagerAddress": "127.0.0.1", "NodeManagerPort": port})  # closed now: refused
+    assert not raylet_answers({"NodeID": "no address"})
+
+
 def test_chunk_of_reads_a_steps_actions() -> None:
     import pytest
 

@@ -44,7 +44,7 @@ from envfleet.errors import InvalidInputError, WorkerDiedError
 from .futures import DEAD_WORKER_ERRORS, GroupFuture, RelayCall, WorkerCall, unwrap_task_error
 from .lane import LaneClient, LaneClosed
 from .metrics import merge_metrics
-from .placement import PlacementError, alive_nodes, bundle_shape, check_feasible, describe_nodes, reserve, wait_placed
+from .placement import PlacementError, alive_nodes, bundle_shape, check_feasible, describe_nodes, raylet_answers, reserve, wait_placed
 from .recovery import chunk_of, concat_harmonized, dead_error
 from .relay import NodeRelay
 from .worker import EnvWorker
@@ -336,7 +336,10 @@ class EnvWorkerGroup:
 
     def _dead_error(self, dead: Mapping[int, BaseException], why: str = "") -> WorkerDiedError:
         try:
-            alive: set[str] | None = {n["NodeID"] for n in alive_nodes()}
+            records = {n["NodeID"]: n for n in alive_nodes()}
+            # a node still listed alive whose raylet does not answer is lost: Ray has yet to say so
+            mine = {self.nodes[r].get("node_id") for r in dead if r < len(self.nodes)}
+            alive: set[str] | None = {i for i, n in records.items() if i not in mine or raylet_answers(n)}
         except Exception:  # Ray itself is gone: say what is known
             alive = None
         if why and alive is not None:

@@ -16,6 +16,7 @@ cluster is busy) is one after ``timeout_s``. Neither waits in Ray's scheduler fo
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,6 +31,7 @@ __all__ = [
     "PlacementError",
     "STRATEGIES",
     "alive_nodes",
+    "raylet_answers",
     "bundle_shape",
     "check_feasible",
     "describe_nodes",
@@ -72,6 +74,19 @@ def bundle_shape(
 def alive_nodes() -> list[dict[str, Any]]:
     """Ray's record of every alive node (``NodeID``, ``NodeManagerAddress``, ``Resources``, ``Labels``)."""
     return [n for n in ray.nodes() if n.get("Alive")]
+
+
+def raylet_answers(node: Mapping[str, Any], timeout_s: float = 1.0) -> bool:
+    """Whether the raylet of ``node`` (a record of :func:`alive_nodes`) accepts a TCP connection.
+
+    Ray's record of a node lags its loss by its health checks (seconds): a worker on a lost
+    node can be reported dead while the node is still listed alive. A raylet that refuses,
+    or does not answer within ``timeout_s``, tells the loss at once."""
+    try:
+        with socket.create_connection((str(node["NodeManagerAddress"]), int(node["NodeManagerPort"])), timeout=timeout_s):
+            return True
+    except (OSError, KeyError, ValueError):
+        return False
 
 
 def describe_nodes(nodes: Sequence[Mapping[str, Any]] | None = None) -> str:

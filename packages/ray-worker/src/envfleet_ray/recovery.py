@@ -25,7 +25,7 @@ def dead_error(
 ) -> WorkerDiedError:
     """One error for the workers ``dead`` (rank -> Ray's error), from ``nodes`` (rank -> node_info); ``why`` is appended.
 
-    With ``alive`` (the node ids Ray counts alive), a worker whose node is not among them is
+    With ``alive`` (the node ids Ray counts alive whose raylet answers), a worker whose node is not among them is
     said to have lost its node: Ray's own message for it is often only "died unexpectedly".
     """
     parts = []
@@ -38,7 +38,11 @@ def dead_error(
         parts.append(
             f"EnvWorker rank {rank} on node {node.get('ip', '?')} ({node.get('hostname', '?')}, node id {node_id}, "
             f"pid {node.get('pid', '?')}) died: {type(exc).__name__}: {short.strip()}"
-            + (" (its node is lost: Ray declared it dead)" if alive is not None and node.get("node_id") not in alive else "")
+            + (
+                " (its node is lost: Ray declared it dead, or its raylet does not answer)"
+                if alive is not None and node.get("node_id") not in alive
+                else ""
+            )
         )
     return WorkerDiedError("; ".join(parts) + (f"; {why}" if why else ""))
 
