@@ -13,9 +13,9 @@ a mapping with:
 - ``notes`` (optional): where the protocol cannot be reproduced exactly, in words.
 
 Selecting one puts its keys between the backend's defaults and the user's config. A key
-the user also sets is a :class:`~envfleet.errors.ConfigError` unless it is listed in
-``train.protocol_overrides`` (an override on purpose, recorded in the fingerprint with the
-protocol's name and version).
+the user also sets to another value is a :class:`~envfleet.errors.ConfigError` unless it is
+listed in ``train.protocol_overrides`` (an override on purpose, recorded in the fingerprint with
+the protocol's name and version); the same value as the protocol's is no conflict.
 """
 
 from __future__ import annotations
@@ -58,6 +58,15 @@ def leaves(value: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Whether two config values are equal (OmegaConf lists against plain ones, 256 against 256.0; True is not 1)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
+
+
 def _overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith(f"{b}.") or b.startswith(f"{a}.")
 
@@ -92,7 +101,8 @@ def protocol_layers(prefix: str, user: Mapping[str, Any], backend_section: Any, 
     own = {k: v for k, v in user.items() if k not in ("protocol", "protocol_overrides")}
     given = {**leaves(own), **{f"{spec.name}.{k}": v for k, v in leaves(backend_section or {}).items()}}
     for key in fixed:
-        clash = [g for g in given if _overlaps(g, key)]
+        # A user key equal to the protocol's value sets nothing new (a loaded config sets every key).
+        clash = [g for g in given if _overlaps(g, key) and not (g == key and _same(given[g], fixed[key]))]
         if clash and not any(_overlaps(o, key) for o in overrides):
             raise ConfigError(
                 f"config key '{prefix}{clash[0]}' is {given[clash[0]]!r}, but protocol {name!r} (version {proto.get('version')}) "
