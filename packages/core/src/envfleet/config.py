@@ -18,6 +18,7 @@ import difflib
 import os
 import typing
 from collections.abc import Callable, Mapping, Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -43,8 +44,16 @@ __all__ = [
     "ActionTransform",
     "OPTIONAL_KEYS",
     "load_config",
+    "as_config",
+    "is_loaded",
+    "with_values",
     "parse_overrides",
 ]
+
+#: The flag :func:`load_config` sets on what it returns. OmegaConf keeps a node's flags through pickling
+#: (Ray), deep copies and child nodes, so a loaded config stays recognisable as one wherever it is
+#: passed, and is not validated again.
+_LOADED_FLAG = "envfleet_loaded"
 
 
 @dataclass
@@ -257,11 +266,7 @@ def _load_section(name: str, user: Any, lookup: Callable[[str], BackendSpec], kn
     prefix = f"{name}."
     if not isinstance(user, (Mapping, DictConfig)):
         raise ConfigError(f"config section '{name}' must be a mapping, got {type(user).__name__}")
-    user = (
-        OmegaConf.to_container(OmegaConf.create(dict(user)), resolve=False)
-        if isinstance(user, Mapping)
-        else OmegaConf.to_container(user, resolve=False)
-    )
+    user = OmegaConf.to_container(user if isinstance(user, DictConfig) else OmegaConf.create(dict(user)), resolve=False)
     assert isinstance(user, dict)
     simulator = user.get("simulator_type")
     if simulator is None or simulator == MISSING or simulator == "???":
@@ -328,9 +333,60 @@ def load_config(
     result = {**_load_env_sections(user, lookup, known), **others}
     _check_model(result, user, lookup)
     cfg = OmegaConf.create(result)
+    cfg._set_flag(_LOADED_FLAG, True)
     OmegaConf.set_readonly(cfg, True)
     OmegaConf.set_struct(cfg, True)
     return cfg
+
+
+def is_loaded(config: Any) -> bool:
+    """Whether ``config`` is what :func:`load_config` returned (or a section of it): validated, passed on as it is."""
+    return isinstance(config, DictConfig) and bool(config._get_flag(_LOADED_FLAG))
+
+
+def as_config(config: Any, overrides: Sequence[str] = ()) -> DictConfig:
+    """A loaded config from whatever a caller passes: a loaded config as it is, anything else through :func:`load_config`.
+
+    The one door of every layer that takes a config (the worker, the group, the faces): a config loaded
+    once at the edge is passed on, across Ray too, and never loaded or checked again. A YAML path, a
+    dict or a DictConfig of the user's is user input, loaded here.
+
+    :param overrides: ``key=value`` strings; given, even a loaded config is loaded again with them on top.
+    :raises ConfigError: ``config`` is none of those, or does not validate.
+    """
+    overrides = list(overrides)
+    if is_loaded(config) and not overrides:
+        return config  # type: ignore[no-any-return]
+    if isinstance(config, (str, os.PathLike)):
+        return load_config(config, overrides)
+    if isinstance(config, (Mapping, DictConfig)):
+        return load_config(None, overrides, data=config)
+    raise ConfigError(
+        f"config must be a YAML path, a dict or a DictConfig (anything envfleet.load_config accepts), got {type(config).__name__}"
+    )
+
+
+def with_values(config: DictConfig, values: Mapping[str, Any]) -> DictConfig:
+    """A copy of loaded ``config`` with the dotted keys of ``values`` replaced, still loaded and read-only.
+
+    For values a caller derives from validated ones (``envfleet rollout`` puts a relative video
+    directory under ``--out``): each key must exist and keep its type, so nothing is checked again.
+
+    :raises ConfigError: ``config`` is not loaded, a key does not exist, or a value changes a key's type.
+    """
+    if not is_loaded(config):
+        raise ConfigError("with_values() takes a config from envfleet.load_config; load it first")
+    copy = deepcopy(config)
+    OmegaConf.set_readonly(copy, False)
+    for key, value in values.items():
+        old = OmegaConf.select(copy, key, default=MISSING)
+        if old is MISSING or old == MISSING:
+            raise ConfigError(f"config key {key!r} does not exist, so it cannot be replaced")
+        if old is not None and type(old) is not type(value):
+            raise ConfigError(f"config key {key!r} is a {type(old).__name__}, got {type(value).__name__} {value!r}")
+        OmegaConf.update(copy, key, value, merge=False)
+    OmegaConf.set_readonly(copy, True)
+    return copy
 
 
 def _read_user_config(
@@ -338,8 +394,10 @@ def _read_user_config(
 ) -> DictConfig:
     """``data``, then the file at ``path``, then ``overrides``, merged (a whole verl trainer config unwrapped)."""
     layers: list[Any] = []
-    if data is not None:
-        layers.append(OmegaConf.create(dict(data) if isinstance(data, Mapping) else data))
+    if isinstance(data, DictConfig):  # its values, not its flags (read-only, loaded)
+        layers.append(OmegaConf.create(OmegaConf.to_container(data, resolve=False)))
+    elif data is not None:
+        layers.append(OmegaConf.create(dict(data)))
     if path is not None:
         layers.append(_read_yaml(path))
     layers.append(parse_overrides(overrides))

@@ -1,35 +1,16 @@
 """What envfleet's faces onto other ecosystems (``envfleet.gym``, ``envfleet.torchrl``) share.
 
-A face takes its config as :func:`envfleet.load_config` does (:func:`as_config`) and, when
+A face takes its config as :func:`envfleet.config.as_config` does (a loaded config as it is) and, when
 the caller names no initial states, draws them from a :class:`StateWalk`.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from typing import Any
-
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
-from .config import load_config
-from .errors import ConfigError
+from .config import as_config
 
 __all__ = ["StateWalk", "as_config"]
-
-
-def as_config(config: Any, overrides: list[str] | None = None) -> DictConfig:
-    """``config`` (a YAML path, a dict or a DictConfig) loaded and checked by :func:`envfleet.load_config`."""
-    overrides = list(overrides or [])
-    if isinstance(config, (str, os.PathLike)):
-        return load_config(config, overrides)
-    if isinstance(config, (Mapping, DictConfig)):
-        data = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
-        return load_config(None, overrides, data=data)  # type: ignore[arg-type]
-    raise ConfigError(
-        f"config must be a YAML path, a dict or a DictConfig (anything envfleet.load_config accepts), got {type(config).__name__}"
-    )
 
 
 class StateWalk:

@@ -120,22 +120,17 @@ class _Progress:
 
 def _rollout_config(args: argparse.Namespace) -> Any:
     """The validated config of ``envfleet rollout``, with relative video paths under ``--out``."""
-    from omegaconf import OmegaConf
-
-    from envfleet.config import load_config
+    from envfleet.config import load_config, with_values
 
     if args.workers < 1:
         raise _UsageError(f"envfleet rollout: --workers must be >= 1, got {args.workers}")
     if args.steps < 1:
         raise _UsageError(f"envfleet rollout: --steps must be >= 1, got {args.steps}")
     cfg = load_config(args.config, args.overrides)
-    video_dir = str(cfg.train.video_cfg.video_base_dir)
-    if not os.path.isabs(video_dir):
-        data = OmegaConf.to_container(cfg, resolve=True)
-        assert isinstance(data, dict)
-        for section in ("train", "val"):
-            data[section]["video_cfg"]["video_base_dir"] = os.path.join(os.path.abspath(args.out), video_dir)
-        cfg = load_config(data={str(k): v for k, v in data.items()})
+    dirs = {f"{section}.video_cfg.video_base_dir": str(cfg[section].video_cfg.video_base_dir) for section in ("train", "val")}
+    relative = {key: os.path.join(os.path.abspath(args.out), path) for key, path in dirs.items() if not os.path.isabs(path)}
+    if relative:
+        cfg = with_values(cfg, relative)
     if cfg.train.video_cfg.save_video:
         from envfleet.video import require_video_deps
 

@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 import ray
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from envfleet.config import load_config
+from envfleet.config import as_config
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError, WorkerDiedError
 
@@ -57,7 +57,8 @@ log = logging.getLogger(__name__)
 class EnvWorkerGroup:
     """``num_workers`` EnvWorker actors, one placement-group bundle each.
 
-    :param config: a config from :func:`envfleet.load_config` (or a dict / YAML path).
+    :param config: a config from :func:`envfleet.load_config`, passed to the workers as it is (a dict or
+        a YAML path is loaded here).
     :param num_workers: how many EnvWorker actors.
     :param cpus_per_worker: CPUs reserved per worker (its bundle).
     :param gpus_per_worker: GPUs reserved per worker (0 by default).
@@ -99,10 +100,7 @@ class EnvWorkerGroup:
             raise RuntimeError("EnvWorkerGroup needs Ray: call envfleet_ray.init_ray() (or ray.init()) first")
         if num_workers < 1:
             raise InvalidInputError(f"num_workers must be >= 1, got {num_workers}")
-        if isinstance(config, str):
-            config = load_config(config)
-        elif not isinstance(config, DictConfig):
-            config = load_config(data=config)
+        config = as_config(config)  # loaded once here, or at the caller's edge; the workers get it as it is
         self.cfg = config
         self.num_workers = int(num_workers)
         self.stage_num = int(config.rollout.pipeline_stage_num)
@@ -125,7 +123,6 @@ class EnvWorkerGroup:
         self.labels = dict(labels or {})
         self.strategy = strategy
         self._restart_timeout_s = float(placement_timeout_s if restart_timeout_s is None else restart_timeout_s)
-        self._cfg_container = OmegaConf.to_container(config, resolve=True)
         self._pg = reserve([self.bundle] * self.num_workers, strategy, self.labels, placement_timeout_s, check=check_placement)
         self._lanes: list[LaneClient | None] = []
         self._relays: dict[str, Any] = {}  # node id -> its NodeRelay actor
@@ -156,7 +153,7 @@ class EnvWorkerGroup:
             max_concurrency=self.stage_num + 4,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank),
             name=None,
-        ).remote(self._cfg_container, rank)
+        ).remote(self.cfg, rank)
 
     def _node_infos(self, ranks: Sequence[int] | None = None) -> list[dict[str, Any]]:
         """Where each of ``ranks`` (all workers by default) runs; raises the error a worker's constructor raised."""
@@ -182,7 +179,7 @@ class EnvWorkerGroup:
             num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=rank)
         )
         try:
-            ray.get(probe.remote(self._cfg_container, rank), timeout=300)
+            ray.get(probe.remote(self.cfg, rank), timeout=300)
         except RayTaskError as err:
             return unwrap_task_error(err)
         except Exception:

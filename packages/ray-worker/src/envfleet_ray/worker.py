@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from envfleet import ProcessEnvManager
-from envfleet.config import load_config
+from envfleet.config import as_config
 from envfleet.dataproto import DataProto
 from envfleet.env import ObservationSpec, ResetResult
 from envfleet.episodes import restarted_rows
@@ -75,18 +75,13 @@ class StageState:
 class EnvWorker:
     """One worker's simulators: a :class:`~envfleet.shards.manager.ProcessEnvManager` per stage.
 
-    :param config: a config from :func:`envfleet.load_config`, a plain dict in the
-        same layout, or a path to a YAML file.
+    :param config: a config from :func:`envfleet.load_config` (taken as it is), or a plain dict in
+        the same layout or a path to a YAML file (loaded here).
     :param rank: this worker's rank in its group (seeds, video paths, messages).
     """
 
     def __init__(self, config: DictConfig | Mapping[str, Any] | str, rank: int = 0) -> None:
-        if isinstance(config, str):
-            config = load_config(config)
-        elif not isinstance(config, DictConfig):
-            config = load_config(data=dict(config))
-        elif "val" not in config or config.get("val") is None or config.train.get(config.train.simulator_type) is None:
-            config = load_config(data=OmegaConf.to_container(config, resolve=False))  # type: ignore[arg-type]
+        config = as_config(config)  # a loaded config is taken as it is, never loaded again
         self.cfg = config
         self.rank = int(rank)
         self.stage_num = int(config.rollout.pipeline_stage_num)

@@ -163,6 +163,7 @@ class _Server:
         self.mapping = attach(msg.shm_name, layout)
         factory = import_factory(msg.factory)
         cfg = OmegaConf.create(msg.cfg)
+        OmegaConf.set_readonly(cfg, True)  # the parent's validated section, re-wrapped: a value, not for edits
         ctx = EnvContext(**msg.ctx)
         sys.stderr.write(
             f"envfleet shard: pid {os.getpid()} building {cfg.simulator_type!r} for rank {ctx.rank} stage {ctx.stage_id} "
