@@ -19,7 +19,7 @@ from typing import Any
 
 from envfleet.env import ArraySpec, ObservationSpec
 from envfleet.errors import ConfigError
-from envfleet.plugins import BackendRegistry, BackendSpec, hookimpl
+from envfleet.plugins import BackendRegistry, BackendSpec, backend_section, hookimpl
 
 __all__ = [
     "PUSHER_TASK",
@@ -90,10 +90,7 @@ def task_name(cfg: Any) -> str:
 
 
 def _section(cfg: Any) -> Any:
-    section = cfg.get("isaac") if hasattr(cfg, "get") else None
-    if section is None:
-        return IsaacConfig()
-    return section
+    return backend_section(cfg, "isaac", IsaacConfig())
 
 
 def camera_map(cfg: Any) -> tuple[str, str | None]:

@@ -47,6 +47,7 @@ import numpy as np
 
 from envfleet.batched_env import BatchedEnv
 from envfleet.env import ChunkStepResult, EnvContext, ObservationSpec, ResetResult
+from envfleet.plugins import backend_section
 from envfleet.validation import StateTable, as_env_ids, check_actions, check_reset_ids
 
 from .actions import ACTION_DIM, SETTLE_ACTIONS, apply_action_transform
@@ -86,7 +87,7 @@ class LiberoEnv(BatchedEnv):
         self.num_envs = int(ctx.num_envs)
         self.action_dim = ACTION_DIM
         self.ctx = ctx
-        lib = cfg.get("libero") or {}
+        lib = backend_section(cfg, "libero")
         self.mujoco_gl = str(lib.get("mujoco_gl", "egl"))
         self.height = int(cfg.init_params.camera_heights)
         self.width = int(cfg.init_params.camera_widths)

@@ -13,7 +13,7 @@ from typing import Any
 
 from envfleet.env import ArraySpec, ObservationSpec
 from envfleet.errors import ConfigError
-from envfleet.plugins import BackendRegistry, BackendSpec, hookimpl
+from envfleet.plugins import BackendRegistry, BackendSpec, backend_section, hookimpl
 
 from .actions import SETTLE_ACTIONS
 from .layout import default_layout
@@ -75,11 +75,11 @@ def camera_names(cfg: Any) -> list[str]:
 
 
 def _check_libero_section(cfg: Any) -> None:
-    section = cfg.get("libero") if hasattr(cfg, "get") else None
-    gl = None if section is None else section.get("mujoco_gl")
+    section = backend_section(cfg, "libero")
+    gl = section.get("mujoco_gl")
     if gl is not None and gl not in ("egl", "osmesa"):
         raise ConfigError(f"config key 'train.libero.mujoco_gl' must be 'egl' or 'osmesa', got {gl!r}")
-    settle = None if section is None else section.get("settle_action")
+    settle = section.get("settle_action")
     if settle is not None and settle not in SETTLE_ACTIONS:
         raise ConfigError(f"config key 'train.libero.settle_action' must be one of {sorted(SETTLE_ACTIONS)}, got {settle!r}")
     envs_per_process(cfg)
@@ -100,8 +100,8 @@ def protocol_parts(cfg: Any) -> dict[str, Any]:
 
 def physics_mode(cfg: Any) -> str:
     """``train.libero.physics``: ``fast`` (default) or ``libero`` (LIBERO's own step loop)."""
-    section = cfg.get("libero") if hasattr(cfg, "get") else None
-    value = None if section is None else section.get("physics")
+    section = backend_section(cfg, "libero")
+    value = section.get("physics")
     if value is None:
         return LiberoConfig.physics
     if value not in ("fast", "libero"):
@@ -118,8 +118,8 @@ def envs_per_process(cfg: Any) -> int:
     Unset (null): the default layout of :func:`envfleet_libero.layout.default_layout`, from
     the worker's cores and the memory available.
     """
-    section = cfg.get("libero") if hasattr(cfg, "get") else None
-    value = None if section is None else section.get("envs_per_process")
+    section = backend_section(cfg, "libero")
+    value = section.get("envs_per_process")
     if value is None:
         return default_layout(cfg)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

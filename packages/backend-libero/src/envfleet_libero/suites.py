@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from envfleet.errors import ConfigError
+from envfleet.plugins import backend_section
 
 __all__ = [
     "BASE_HORIZONS",
@@ -105,8 +106,8 @@ def default_instruction_source(suite: str) -> str:
 
 def instruction_source(cfg: Any) -> str:
     """``train.libero.instruction_source`` of env section ``cfg``, or its suite's default."""
-    section = cfg.get("libero") if hasattr(cfg, "get") else None
-    value = None if section is None else section.get("instruction_source")
+    section = backend_section(cfg, "libero")
+    value = section.get("instruction_source")
     if value is None:
         return default_instruction_source(check_suite(cfg))
     if value not in INSTRUCTION_SOURCES:

@@ -17,7 +17,7 @@ from typing import Any
 
 from envfleet.env import ArraySpec, ObservationSpec
 from envfleet.errors import ConfigError
-from envfleet.plugins import BackendRegistry, BackendSpec, hookimpl
+from envfleet.plugins import BackendRegistry, BackendSpec, backend_section, hookimpl
 
 from . import device
 from .tasks import INSTRUCTIONS
@@ -87,8 +87,7 @@ def task_name(cfg: Any) -> str:
 
 
 def _section(cfg: Any) -> Any:
-    section = cfg.get("maniskill") if hasattr(cfg, "get") else None
-    return ManiskillConfig() if section is None else section
+    return backend_section(cfg, "maniskill", ManiskillConfig())
 
 
 def state_dim(cfg: Any) -> int:

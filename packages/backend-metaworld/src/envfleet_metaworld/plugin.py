@@ -13,7 +13,7 @@ from typing import Any
 
 from envfleet.env import ArraySpec, ObservationSpec
 from envfleet.errors import ConfigError
-from envfleet.plugins import BackendRegistry, BackendSpec, hookimpl
+from envfleet.plugins import BackendRegistry, BackendSpec, backend_section, hookimpl
 
 from .tasks import TASKS
 
@@ -85,8 +85,8 @@ def horizon(cfg: Any) -> int:
 
 
 def _check_section(cfg: Any) -> None:
-    section = cfg.get("metaworld") if hasattr(cfg, "get") else None
-    if section is None:
+    section = backend_section(cfg, "metaworld")
+    if not section:
         return
     pos = section.get("corner2_pos")
     if pos is not None and len(pos) != 3:

@@ -32,10 +32,11 @@ from .registry import (
     reset_plugins,
     unregister_plugin,
 )
-from .spec import BackendSpec
+from .spec import BackendSpec, backend_section
 
 __all__ = [  # what a plugin author imports first, then the registry's calls, alphabetically
     "BackendSpec",
+    "backend_section",
     "hookimpl",
     "NAME",
     "PLUGIN_API_VERSION",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import json
 import re
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
@@ -20,7 +21,38 @@ from ..errors import PluginContractError
 from ..options import OPTIONAL_KEYS
 from .api import check_api_version
 
-__all__ = ["BackendSpec", "split_factory", "import_factory"]
+__all__ = ["BackendSpec", "backend_section", "split_factory", "import_factory"]
+
+
+#: Observation specs already computed in this process, by (backend, env section, num_envs): a config is
+#: checked once where it is loaded, and a manager built from it in the same process reuses that result.
+_SPECS: dict[tuple[str, str, int], ObservationSpec] = {}
+_SPECS_MAX = 64
+
+
+def backend_section(cfg: Any, name: str, default: Any = None) -> Any:
+    """The backend's own section ``cfg.<name>`` of env section ``cfg``: the one way a backend reads it.
+
+    :param default: what to return when the section is absent (an empty dict when ``None``).
+
+    >>> backend_section({"toy": {"step_cost_s": 0.1}}, "toy")["step_cost_s"]
+    0.1
+    >>> backend_section({}, "toy")
+    {}
+    """
+    get = getattr(cfg, "get", None)
+    section = get(name) if callable(get) else None
+    if section is not None:
+        return section
+    return {} if default is None else default
+
+
+def _content_key(cfg: Any) -> str:
+    """``cfg`` (an env section) as canonical text, for a cache key."""
+    from omegaconf import DictConfig, OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+    return json.dumps(data, sort_keys=True, default=repr)
 
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -141,11 +173,23 @@ class BackendSpec:
         return min(int(value), max(num_envs, 1))
 
     def checked_observation_spec(self, cfg: Any, num_envs: int) -> ObservationSpec:
-        """What :attr:`observation_spec` gives for ``num_envs`` envs, each entry checked to be an ArraySpec."""
+        """What :attr:`observation_spec` gives for ``num_envs`` envs, each entry checked to be an ArraySpec.
+
+        Computed once per process for one section and count: :func:`~envfleet.config.load_config`
+        computes it (the backend's check of its own values), and a manager built in the same process
+        from the loaded config gets that result.
+        """
+        key = (self.name, _content_key(cfg), int(num_envs))
+        cached = _SPECS.get(key)
+        if cached is not None:
+            return dict(cached)
         spec = self.observation_spec(cfg, num_envs)
-        for key, value in spec.items():
+        for name, value in spec.items():
             if not isinstance(value, ArraySpec):
-                raise TypeError(f"backend {self.name!r}: observation_spec()[{key!r}] must be an ArraySpec, got {value!r}")
+                raise TypeError(f"backend {self.name!r}: observation_spec()[{name!r}] must be an ArraySpec, got {value!r}")
+        if len(_SPECS) >= _SPECS_MAX:
+            _SPECS.pop(next(iter(_SPECS)))
+        _SPECS[key] = dict(spec)
         return dict(spec)
 
     @property
