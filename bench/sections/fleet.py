@@ -146,27 +146,29 @@ def _per_call(group: Any, calls: int, routes: tuple[str, ...] = (RELAY,)) -> dic
     """Per route: wall seconds and driver CPU seconds per step call, every stage in turn, each waited for.
 
     With both routes, the same workers are timed through their nodes' relays and through
-    one Ray call each, in turns (the group's relay table is set aside for the second).
+    one Ray call each, in turns (the relays are bypassed for the second).
     """
     data = [_step_data(group, s) for s in range(group.stage_num)]
-    relayed = dict(group._relayed)
     walls: dict[str, list[float]] = {r: [] for r in routes}
     cpus: dict[str, list[float]] = {r: [] for r in routes}
-    try:
-        for route in routes:  # a first call each way, untimed
-            group._relayed = relayed if route == RELAY else {}
-            for d in data:
-                group.env_interact_step(d).get()
-        for _ in range(3):
-            for route in routes:
-                group._relayed = relayed if route == RELAY else {}
-                w0, c0 = time.perf_counter(), time.process_time()
-                for i in range(calls):
-                    _ = group.env_interact_step(data[i % len(data)]).get().batch  # the trainer reads the tensors
-                walls[route].append((time.perf_counter() - w0) / calls)
-                cpus[route].append((time.process_time() - c0) / calls)
-    finally:
-        group._relayed = relayed
+
+    def timed(route: str, calls: int) -> tuple[float, float]:
+        restore = group.routes.bypass_relays() if route != RELAY else (lambda: None)
+        try:
+            w0, c0 = time.perf_counter(), time.process_time()
+            for i in range(calls):
+                _ = group.env_interact_step(data[i % len(data)]).get().batch  # the trainer reads the tensors
+            return (time.perf_counter() - w0) / calls, (time.process_time() - c0) / calls
+        finally:
+            restore()
+
+    for route in routes:  # a first call each way, untimed
+        timed(route, len(data))
+    for _ in range(3):
+        for route in routes:
+            wall, cpu = timed(route, calls)
+            walls[route].append(wall)
+            cpus[route].append(cpu)
     return {r: (float(np.median(walls[r])), float(np.median(cpus[r]))) for r in routes}
 
 

@@ -135,7 +135,12 @@ class _MisconfiguredGroup(EnvWorkerGroup):
     """A group whose workers get a config their constructor rejects (as on a node with other packages)."""
 
     def _create(self, rank: int):
-        self._cfg_container["train"]["num_envs"] = "four"
+        from omegaconf import DictConfig, OmegaConf
+
+        # A plain dict, as a worker built elsewhere would get: the worker loads it, and refuses it.
+        plain = OmegaConf.to_container(self.cfg, resolve=True) if isinstance(self.cfg, DictConfig) else self.cfg
+        plain["train"]["num_envs"] = "four"
+        self.cfg = plain
         return super()._create(rank)
 
 

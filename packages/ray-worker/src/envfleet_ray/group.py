@@ -35,18 +35,18 @@ import ray
 from omegaconf import DictConfig
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 from ray.util.placement_group import remove_placement_group
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from envfleet.config import as_config
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError, WorkerDiedError
 
-from .futures import DEAD_WORKER_ERRORS, GroupFuture, RelayCall, WorkerCall, unwrap_task_error
-from .lane import LaneClient, LaneClosed
+from .futures import GroupFuture, unwrap_task_error
+from .lane import LaneClosed
 from .metrics import merge_metrics
 from .placement import PlacementError, alive_nodes, bundle_shape, check_feasible, describe_nodes, raylet_answers, reserve, wait_placed
 from .recovery import chunk_of, concat_harmonized, dead_error
-from .relay import NodeRelay
+from .routes import DEAD_WORKER_ERRORS, Routes, via_ray
 from .worker import EnvWorker
 
 __all__ = ["EnvWorkerGroup", "GroupFuture", "concat_harmonized"]  # GroupFuture: see envfleet_ray.futures
@@ -124,9 +124,6 @@ class EnvWorkerGroup:
         self.strategy = strategy
         self._restart_timeout_s = float(placement_timeout_s if restart_timeout_s is None else restart_timeout_s)
         self._pg = reserve([self.bundle] * self.num_workers, strategy, self.labels, placement_timeout_s, check=check_placement)
-        self._lanes: list[LaneClient | None] = []
-        self._relays: dict[str, Any] = {}  # node id -> its NodeRelay actor
-        self._relayed: dict[int, str] = {}  # rank -> the node id of the relay that carries its steps
         self._actor_cls = ray.remote(EnvWorker)
         self.workers: list[Any] = [self._create(rank) for rank in range(self.num_workers)]
         try:
@@ -136,10 +133,8 @@ class EnvWorkerGroup:
             raise
         self._initialized: set[str] = set()
         self._last_reset: dict[str, DataProto] = {}
-        self._local_lane = bool(local_lane)
-        self._node_relay = bool(node_relay)
-        self._lanes = [self._open_lane(rank) for rank in range(self.num_workers)]
-        self._attach_relays(range(self.num_workers))
+        self.routes = Routes(self.workers, self.nodes, self.stage_num, local_lane, node_relay, self._restart_timeout_s)
+        self.routes.attach(range(self.num_workers))
 
     # ------------------------------------------------------------------ actors
     def _create(self, rank: int) -> Any:
@@ -186,121 +181,19 @@ class EnvWorkerGroup:
             pass
         return exc
 
-    def _open_lane(self, rank: int) -> LaneClient | None:
-        if not self._local_lane or self.nodes[rank].get("node_id") != ray.get_runtime_context().get_node_id():
-            return None
-        address, token = ray.get(self.workers[rank].open_lane.remote())
-        lane = LaneClient(address, token)
-        try:
-            for stage in range(self.stage_num):
-                lane.connect(stage)
-        except OSError as exc:  # e.g. the driver sits in another network namespace (Ray Client)
-            log.info("worker %d: no local lane (%s); its steps go through Ray", rank, exc)
-            lane.close()
-            return None
-        return lane
-
-    def _close_lane(self, rank: int) -> None:
-        lane = self._lanes[rank]
-        self._lanes[rank] = None
-        if lane is not None:
-            lane.close()
-
     @property
     def lane_ranks(self) -> list[int]:
         """The ranks whose steps take the local lane."""
-        return [rank for rank, lane in enumerate(self._lanes) if lane is not None]
+        return self.routes.lane_ranks
 
     @property
     def relay_ranks(self) -> dict[str, list[int]]:
         """Node id -> the ranks whose steps go through that node's relay."""
-        out: dict[str, list[int]] = {}
-        for rank, node in sorted(self._relayed.items()):
-            out.setdefault(node, []).append(rank)
-        return out
+        return self.routes.relay_ranks
 
     def relay_info(self) -> list[dict[str, Any]]:
         """Node id and pid of each relay the group holds (for tests and the doctor)."""
-        return list(ray.get([relay.where.remote() for relay in self._relays.values()]))
-
-    def _attach_relays(self, ranks: Sequence[int]) -> None:
-        """Route ``ranks`` through their node's relay where that node holds two or more workers."""
-        if not self._node_relay:
-            return
-        here = ray.get_runtime_context().get_node_id()
-        count: dict[Any, int] = {}
-        for info in self.nodes:
-            count[info.get("node_id")] = count.get(info.get("node_id"), 0) + 1
-        wanted = [
-            rank
-            for rank in ranks
-            if self._lanes[rank] is None
-            and self.nodes[rank].get("node_id") not in (here, None)
-            and (count[self.nodes[rank]["node_id"]] >= 2 or self.nodes[rank]["node_id"] in self._relays)
-        ]
-        if not wanted:
-            return
-        lanes = ray.get([self.workers[rank].open_lane.remote() for rank in wanted])
-        attached = {}
-        for rank, (address, token) in zip(wanted, lanes):
-            node = self.nodes[rank]["node_id"]
-            relay = self._relay_on(node)
-            if relay is not None:
-                attached[rank] = (node, relay.attach.remote(rank, address, token, self.stage_num))
-        for rank, (node, ref) in attached.items():
-            try:
-                why = ray.get(ref)
-            except DEAD_WORKER_ERRORS as exc:
-                why = f"the relay died: {type(exc).__name__}"
-            if why is None:
-                self._relayed[rank] = node
-            else:  # the worker's steps go through Ray
-                log.info("worker %d: no relay on node %s (%s); its steps go through Ray", rank, node[:8], why)
-
-    def _relay_on(self, node: str) -> Any:
-        """The relay on ``node``, started now if needed; None when it cannot start there."""
-        if node in self._relays:
-            return self._relays[node]
-        relay: Any = (
-            ray.remote(NodeRelay)
-            .options(
-                num_cpus=0,
-                max_concurrency=self.stage_num + 4,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-            )
-            .remote()
-        )
-        try:
-            ray.get(relay.where.remote(), timeout=self._restart_timeout_s)
-        except Exception as exc:  # the node went away meanwhile: its workers go through Ray
-            log.info("no relay on node %s: %s: %s", node[:8], type(exc).__name__, exc)
-            try:
-                ray.kill(relay, no_restart=True)
-            except Exception:
-                pass
-            return None
-        self._relays[node] = relay
-        return relay
-
-    def _drop_relays(self, ranks: Sequence[int]) -> None:
-        """Take ``ranks`` off their relays; a relay whose node is no longer alive is dropped."""
-        for rank in ranks:
-            node = self._relayed.pop(rank, None)
-            relay = self._relays.get(node) if node else None
-            if relay is not None:
-                relay.detach.remote(rank)  # a relay that is gone ignores it
-        try:
-            alive = {n["NodeID"] for n in alive_nodes()}
-        except Exception:
-            return
-        for node in [n for n in self._relays if n not in alive]:
-            relay = self._relays.pop(node)
-            for rank in [r for r, n in self._relayed.items() if n == node]:
-                del self._relayed[rank]
-            try:
-                ray.kill(relay, no_restart=True)
-            except Exception:
-                pass
+        return self.routes.relay_info()
 
     def _confirm_dead(self, dead: Mapping[int, BaseException]) -> dict[int, BaseException]:
         """Ray's account of each death: a dropped connection (``ActorUnavailableError``, a closed
@@ -368,8 +261,7 @@ class EnvWorkerGroup:
                 ray.kill(self.workers[rank], no_restart=True)
             except Exception:
                 pass
-            self._close_lane(rank)
-        self._drop_relays(ranks)
+        self.routes.detach(ranks)
         # The bundles of a lost node: Ray moves them to alive nodes that satisfy the
         # placement. Wait for that, bounded, rather than leave the actors pending for ever.
         try:
@@ -404,14 +296,12 @@ class EnvWorkerGroup:
             ray.get(resets)
         except DEAD_WORKER_ERRORS as exc:
             raise self._dead_error(dead, f"recreating them failed: {type(exc).__name__}: {exc}") from exc
-        for rank in ranks:
-            self._lanes[rank] = self._open_lane(rank)
-        self._attach_relays(ranks)
+        self.routes.attach(ranks)
         self.recoveries.append({"ranks": ranks, "nodes": old, "at": at, "recreate_s": time.perf_counter() - t0})
 
     # ------------------------------------------------------------------ broadcast
     def _broadcast(self, method: str, *args: Any) -> GroupFuture:
-        calls = [WorkerCall.via_ray(getattr(w, method).remote(*args)) for w in self.workers]
+        calls = [via_ray(getattr(w, method).remote(*args)) for w in self.workers]
 
         def on_dead(dead: dict[int, BaseException]) -> dict[int, Any]:
             raise self._dead_error(dead) from next(iter(dead.values()))
@@ -475,7 +365,7 @@ class EnvWorkerGroup:
             )
         mode = str(data.meta_info.get("mode", "train"))
         parts = [data] if self.num_workers == 1 else data.chunk(self.num_workers)
-        calls = [WorkerCall.via_ray(w.reset_envs_to_state_ids.remote(p)) for w, p in zip(self.workers, parts)]
+        calls = [via_ray(w.reset_envs_to_state_ids.remote(p)) for w, p in zip(self.workers, parts)]
 
         def on_dead(dead: dict[int, BaseException]) -> dict[int, DataProto]:
             self._revive(dead)
@@ -501,25 +391,7 @@ class EnvWorkerGroup:
         mode = str(data.meta_info.get("mode", "train"))
         chunk = self._chunk
         parts = [data] if self.num_workers == 1 else data.chunk(self.num_workers)
-        shares: dict[str, list[tuple[int, DataProto]]] = {}  # node -> its relay's (rank, part)s
-        for rank, node in self._relayed.items():
-            shares.setdefault(node, []).append((rank, parts[rank]))
-        via_relay: dict[int, RelayCall] = {}
-        for node, mine in shares.items():
-            call = RelayCall(self._relays[node].step.remote(stage, mine), node)
-            via_relay.update((rank, call) for rank, _ in mine)
-        calls: list[WorkerCall] = []
-        for rank, (w, lane, p) in enumerate(zip(self.workers, self._lanes, parts)):
-            if rank in via_relay:
-                calls.append(WorkerCall.via_relay(via_relay[rank], rank))
-                continue
-            if lane is None:
-                calls.append(WorkerCall.via_ray(w.env_interact_step.remote(p)))
-                continue
-            try:
-                calls.append(WorkerCall.via_lane(lane.call(stage, "env_interact_step", p)))
-            except LaneClosed as exc:
-                calls.append(WorkerCall.lane_closed(exc))  # the worker is gone: get() handles it as a dead worker
+        calls = self.routes.send(stage, parts)
 
         def on_dead(dead: dict[int, BaseException]) -> dict[int, DataProto]:
             self._revive(dead)
@@ -532,14 +404,9 @@ class EnvWorkerGroup:
     # ------------------------------------------------------------------ teardown
     def shutdown(self) -> None:
         """Close every worker (their simulators and shared memory) and free the placement group."""
-        for rank in range(len(self._lanes)):
-            self._close_lane(rank)
-        for relay in self._relays.values():
-            try:
-                ray.kill(relay, no_restart=True)
-            except Exception:
-                pass
-        self._relays, self._relayed = {}, {}
+        routes = getattr(self, "routes", None)  # None: the constructor failed before the routes were built
+        if routes is not None:
+            routes.close()
         try:
             ray.get([w.close.remote() for w in self.workers], timeout=60)
         except Exception:
@@ -554,6 +421,10 @@ class EnvWorkerGroup:
             remove_placement_group(self._pg)
         except Exception:
             pass
+
+    def close(self) -> None:
+        """Close every worker (the same as :meth:`shutdown`, under the name the worker and the faces use)."""
+        self.shutdown()
 
     def __enter__(self) -> EnvWorkerGroup:
         return self
