@@ -30,7 +30,7 @@ def main(tree: str) -> None:
 
     from envfleet import ProcessEnvManager
     from envfleet.dataproto import DataProto
-    from envfleet_ray.group import EnvWorkerGroup
+    from envfleet_ray.runtime.group import EnvWorkerGroup
 
     start_ray()
     cfg = toy_cfg(2, 64, chunk=8, **{"toy.frozen": True})

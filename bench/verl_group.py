@@ -31,7 +31,7 @@ from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.plugins import list_backends
 from envfleet_ray import init_ray
-from envfleet_ray.group import EnvWorkerGroup
+from envfleet_ray.runtime.group import EnvWorkerGroup
 from envfleet_ray.verl import EnvWorker
 
 ROUNDS = 5

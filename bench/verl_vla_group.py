@@ -45,8 +45,8 @@ from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.plugins import list_backends
 from envfleet_ray import init_ray
-from envfleet_ray.group import EnvWorkerGroup
 from envfleet_ray.reset_plan import ResetPlan
+from envfleet_ray.runtime.group import EnvWorkerGroup
 from envfleet_ray.verl_vla import EnvWorker
 from envfleet_ray.verl_vla_config import read_config
 

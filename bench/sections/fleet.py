@@ -187,7 +187,7 @@ def run() -> None:
     """Fixed cost per call against workers and stages, cross-node against the local lane, node-loss recovery."""
     import ray
 
-    from envfleet_ray.group import EnvWorkerGroup
+    from envfleet_ray.runtime.group import EnvWorkerGroup
 
     cluster = _cluster()
     rows: list[dict[str, Any]] = []
@@ -314,7 +314,7 @@ def _ratios(base: dict[tuple[str, str, int], tuple[float, float]]) -> list[dict[
 
 
 def _lane_against_cross_node() -> dict[str, float]:
-    from envfleet_ray.group import EnvWorkerGroup
+    from envfleet_ray.runtime.group import EnvWorkerGroup
 
     cfg = _cfg(1)
     out: dict[str, list[float]] = {"lane_ms": [], "local_ray_ms": [], "cross_node_ms": []}
@@ -339,7 +339,7 @@ def _lane_against_cross_node() -> dict[str, float]:
 
 def _recovery(cluster: Any, nodes: list[Any]) -> dict[str, Any]:
     """Kill one simulator node under a 16-worker group mid-step; compare recovery with a fresh start."""
-    from envfleet_ray.group import EnvWorkerGroup
+    from envfleet_ray.runtime.group import EnvWorkerGroup
 
     cfg = _cfg(1)
     workers = min(16, max(WORKERS))  # a short check with fewer sizes loses a node of fewer workers

@@ -103,11 +103,11 @@ class WorkerStage:
         self.n = n
         self.group: Any
         if in_process:
-            from envfleet_ray.worker import EnvWorker
+            from envfleet_ray.runtime.worker import EnvWorker
 
             self.group = _Local(EnvWorker(cfg))
         else:
-            from envfleet_ray.group import EnvWorkerGroup
+            from envfleet_ray.runtime.group import EnvWorkerGroup
 
             self.group = EnvWorkerGroup(cfg, num_workers=1, cpus_per_worker=cpus)
         self.group.init_worker()

@@ -55,7 +55,7 @@ def _actions(seed: int) -> np.ndarray:
 def envfleet_rate(render: str) -> float:
     """Sub-steps per second of ``NUM_ENVS`` ManiSkill envs through ``EnvWorker.env_interact_step``."""
     from envfleet.dataproto import DataProto
-    from envfleet_ray.worker import EnvWorker
+    from envfleet_ray.runtime.worker import EnvWorker
 
     train = {
         "simulator_type": "maniskill",

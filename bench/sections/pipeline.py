@@ -15,9 +15,9 @@ def run() -> None:
     import ray
 
     from envfleet.dataproto import DataProto
-    from envfleet_ray.group import EnvWorkerGroup
-    from envfleet_ray.loop import EnvLoop
-    from envfleet_ray.policies import SleepPolicy
+    from envfleet_ray.commands.loop import EnvLoop
+    from envfleet_ray.commands.policies import SleepPolicy
+    from envfleet_ray.runtime.group import EnvWorkerGroup
 
     start_ray()
     chunk, n = 8, 2

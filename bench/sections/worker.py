@@ -15,7 +15,7 @@ def run() -> None:
 
     from envfleet import ProcessEnvManager
     from envfleet.dataproto import DataProto
-    from envfleet_ray.group import EnvWorkerGroup
+    from envfleet_ray.runtime.group import EnvWorkerGroup
 
     start_ray()
     rows = []

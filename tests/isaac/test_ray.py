@@ -9,7 +9,7 @@ import torch
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet_ray import init_ray
-from envfleet_ray.group import EnvWorkerGroup
+from envfleet_ray.runtime.group import EnvWorkerGroup
 
 from .common import assert_no_segments_left, pusher_train
 

@@ -67,9 +67,9 @@ def test_a_conflicting_value_is_still_refused_with_its_message(tmp_path) -> None
 
 @pytest.fixture(scope="module")
 def local_ray():
-    from envfleet_ray import init_ray
-
     import ray
+
+    from envfleet_ray import init_ray
 
     init_ray(num_cpus=2)
     yield

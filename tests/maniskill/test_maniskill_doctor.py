@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from envfleet_ray.doctor import doctor
+from envfleet_ray.commands.doctor import doctor
 
 
 def test_doctor_names_the_vulkan_device_and_says_it_is_software() -> None:

@@ -24,6 +24,11 @@ PROTOCOL = {
     "load_state",
     "close",
     "bind_observation_buffers",
+    # envfleet_ray.runtime.routes: Share and Route
+    "ray_results",
+    "ready",
+    "result",
+    "send",
 }
 
 

@@ -57,8 +57,8 @@ def test_rollout_with_auto_reset_runs_it_and_warns_naming_it(tmp_path) -> None:
 
 
 def test_backends_and_doctor_name_it_what_changed_and_the_fix(capsys) -> None:
-    from envfleet_ray.cli import cmd_backends
-    from envfleet_ray.doctor import doctor
+    from envfleet_ray.commands.backends import cmd_backends
+    from envfleet_ray.commands.doctor import doctor
 
     cmd_backends()
     listed = capsys.readouterr().out

@@ -20,8 +20,8 @@ import ray
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError, WorkerDiedError
-from envfleet_ray.group import EnvWorkerGroup
-from envfleet_ray.placement import PlacementError
+from envfleet_ray.runtime.group import EnvWorkerGroup
+from envfleet_ray.runtime.placement import PlacementError
 
 from ..conftest import pid_alive
 from .raytools import FAST_NODE_DEATH, loopback_cluster

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from envfleet.errors import InvalidInputError
-from envfleet_ray.compare import compare, differences, flatten, newcombe, wilson
+from envfleet_ray.commands.compare import compare, differences, flatten, newcombe, wilson
 
 
 def test_wilson_and_newcombe_match_newcombes_worked_examples() -> None:

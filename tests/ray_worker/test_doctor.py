@@ -48,7 +48,7 @@ def only_good_plugins(monkeypatch):
 
 
 def doctor_out(*names: str, measure: bool = False) -> tuple[int, str]:
-    from envfleet_ray.doctor import doctor
+    from envfleet_ray.commands.doctor import doctor
 
     out = io.StringIO()
     code = doctor(list(names), measure=measure, out=out)
@@ -164,7 +164,7 @@ FAKE_GPUS = [Gpu(i, f"GPU-{i}{i}{i}{i}-fake", f"fake GPU {i}") for i in range(2)
 
 
 def gpu_text(monkeypatch, egl: list[EglDevice], cvd: str | None) -> str:
-    from envfleet_ray.doctor import gpu_findings
+    from envfleet_ray.commands.doctor import gpu_findings
 
     if cvd is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

@@ -11,9 +11,9 @@ import pytest
 
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError, WorkerDiedError
-from envfleet_ray.group import EnvWorkerGroup
-from envfleet_ray.loop import EnvLoop, interleaved_schedule
-from envfleet_ray.policies import load_policy
+from envfleet_ray.commands.loop import EnvLoop, interleaved_schedule
+from envfleet_ray.commands.policies import load_policy
+from envfleet_ray.runtime.group import EnvWorkerGroup
 
 from ..conftest import pid_alive, toy_cfg
 from .raytools import listening_sockets_of, ray_pids

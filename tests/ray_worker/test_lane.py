@@ -11,8 +11,8 @@ import ray
 
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError
-from envfleet_ray.group import EnvWorkerGroup
-from envfleet_ray.lane import LaneClient, LaneClosed, LaneServer
+from envfleet_ray.runtime.group import EnvWorkerGroup
+from envfleet_ray.runtime.lane import LaneClient, LaneClosed, LaneServer
 
 from .test_group_ray import CHUNK, N, S, cfg
 

@@ -13,8 +13,8 @@ import pytest
 
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError
-from envfleet_ray.batch import create_env_batch_dataproto, env_batch_dataproto
-from envfleet_ray.worker import EnvWorker
+from envfleet_ray.runtime.batch import create_env_batch_dataproto, env_batch_dataproto
+from envfleet_ray.runtime.worker import EnvWorker
 
 from ..conftest import toy_cfg
 

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from envfleet.dataproto import DataProto
-from envfleet_ray.recovery import concat_harmonized, dead_error
+from envfleet_ray.runtime.recovery import concat_harmonized, dead_error
 
 
 def part(n: int, with_state_id: bool) -> DataProto:
@@ -48,7 +48,7 @@ def test_dead_error_names_every_rank_its_node_and_a_lost_node() -> None:
 def test_bundle_shape_rejects_what_ray_cannot_take() -> None:
     import pytest
 
-    from envfleet_ray.placement import bundle_shape
+    from envfleet_ray.runtime.placement import bundle_shape
 
     assert bundle_shape(0.5, 0, 2**30, {"sim": 1}) == {"CPU": 0.5, "memory": float(2**30), "sim": 1.0}
     with pytest.raises(ValueError, match=r"resources\['CPU'\]: use cpus_per_worker"):
@@ -60,7 +60,7 @@ def test_bundle_shape_rejects_what_ray_cannot_take() -> None:
 def test_raylet_answers_tells_a_listening_port_from_a_closed_one() -> None:
     import socket
 
-    from envfleet_ray.placement import raylet_answers
+    from envfleet_ray.runtime.placement import raylet_answers
 
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
@@ -75,7 +75,7 @@ def test_chunk_of_reads_a_steps_actions() -> None:
     import pytest
 
     from envfleet.errors import InvalidInputError
-    from envfleet_ray.recovery import chunk_of
+    from envfleet_ray.runtime.recovery import chunk_of
 
     assert chunk_of(DataProto.from_dict(non_tensors={"actions": np.zeros((3, 5, 7), np.float32)})) == 5
     rows = np.empty(2, dtype=object)

@@ -10,7 +10,7 @@ import ray
 
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
-from envfleet_ray.group import EnvWorkerGroup
+from envfleet_ray.runtime.group import EnvWorkerGroup
 
 from .raytools import listening_sockets_of, ray_pids
 

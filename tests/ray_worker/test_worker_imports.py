@@ -21,7 +21,7 @@ import numpy as np
 
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
-from envfleet_ray.worker import EnvWorker
+from envfleet_ray.runtime.worker import EnvWorker
 
 cfg = load_config(overrides=["train.simulator_type=toy", "train.num_envs=2", "actor.model.num_action_chunks=2",
                              "train.init_params.camera_heights=8", "train.init_params.camera_widths=8"])

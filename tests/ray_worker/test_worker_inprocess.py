@@ -11,7 +11,7 @@ import torch
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError
-from envfleet_ray.worker import EnvWorker, create_env_batch_dataproto, put_tensor_cpu
+from envfleet_ray.runtime.worker import EnvWorker, create_env_batch_dataproto, put_tensor_cpu
 
 from ..conftest import toy_cfg
 

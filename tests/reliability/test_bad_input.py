@@ -14,8 +14,8 @@ from envfleet.dataproto import DataProto
 from envfleet.errors import ConfigError, EnvFleetError, InvalidInputError, UnknownBackendError
 from envfleet_ray import init_ray
 from envfleet_ray.cli import main as cli_main
-from envfleet_ray.group import EnvWorkerGroup
-from envfleet_ray.policies import load_policy
+from envfleet_ray.commands.policies import load_policy
+from envfleet_ray.runtime.group import EnvWorkerGroup
 
 from .bad_inputs import RESET, WORKER_CASES, BadInput
 

@@ -24,7 +24,7 @@ DRIVER = textwrap.dedent(
     from envfleet.config import load_config
     from envfleet.dataproto import DataProto
     from envfleet_ray import init_ray
-    from envfleet_ray.group import EnvWorkerGroup
+    from envfleet_ray.runtime.group import EnvWorkerGroup
     init_ray(num_cpus=4)
     cfg = load_config(overrides=["train.simulator_type=toy", "train.num_envs=2", "rollout.pipeline_stage_num=2",
                                  "actor.model.num_action_chunks=4", "train.toy.step_cost_s=0.002"])

@@ -14,7 +14,7 @@ import pytest
 
 from envfleet.dataproto import DataProto
 from envfleet.errors import EnvFleetSimulatorError, WorkerDiedError
-from envfleet_ray.group import EnvWorkerGroup
+from envfleet_ray.runtime.group import EnvWorkerGroup
 
 from ..conftest import pid_alive, shm_segments, toy_cfg
 from .harness import FaultReport, all_shard_pids, check_leaks, kill_random_shard, rollout_with_faults, scale

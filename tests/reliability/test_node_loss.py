@@ -18,7 +18,7 @@ import pytest
 import ray
 
 from envfleet.config import load_config
-from envfleet_ray.group import EnvWorkerGroup
+from envfleet_ray.runtime.group import EnvWorkerGroup
 
 from ..ray_worker.raytools import FAST_NODE_DEATH, loopback_cluster
 from .harness import CHAOS, FaultReport, check_leaks, rollout_with_faults, scale

@@ -19,7 +19,7 @@ from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.shards.interpreter import probe
 from envfleet_ray import init_ray
-from envfleet_ray.group import EnvWorkerGroup
+from envfleet_ray.runtime.group import EnvWorkerGroup
 
 from ..isaac.common import assert_no_segments_left, pusher_train
 

@@ -16,7 +16,7 @@ from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet_metaworld.tasks import INSTRUCTIONS, TASKS
 from envfleet_ray import init_ray
-from envfleet_ray.group import EnvWorkerGroup
+from envfleet_ray.runtime.group import EnvWorkerGroup
 
 from ..libero.reference import CAMERAS, random_actions, run_alone
 from ..libero.test_libero_fidelity import CHUNK as LIBERO_CHUNK

@@ -8,7 +8,7 @@ import pytest
 
 from envfleet.plugins import get_backend
 from envfleet_ray.cli import main
-from envfleet_ray.venv import find_lock
+from envfleet_ray.commands.venv import find_lock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -15,7 +15,7 @@ import ray
 import torch
 
 from envfleet.errors import ConfigError
-from envfleet_ray.placement import PlacementError
+from envfleet_ray.runtime.placement import PlacementError
 from envfleet_ray.verl import EnvResourcePool
 from envfleet_ray.verl_vla_config import read_config
 

@@ -114,7 +114,7 @@ class EnvConformance:
         if importlib.util.find_spec("envfleet_ray") is None:
             pytest.skip("envfleet-ray is not installed here: the EnvWorker checks run where it is (pip install envfleet-ray)")
         # Imported by name at run time: core does not depend on the Ray worker (import-linter checks it).
-        worker_module = importlib.import_module("envfleet_ray.worker")
+        worker_module = importlib.import_module("envfleet_ray.runtime.worker")
         probe = load_config(data=cls.config_data, overrides=cls._overrides())
         n = max(1, min(int(probe.train.num_envs), cls.worker_num_envs))
         cfg = load_config(data=cls.config_data, overrides=cls._overrides("rollout.pipeline_stage_num=1", f"train.num_envs={n}"))

@@ -1,5 +1,10 @@
 """envfleet-ray: the EnvWorker (verl's env-worker API), its Ray worker group, the pipelined loop and the CLI.
 
+Three audiences, three sub-packages: :mod:`envfleet_ray.runtime` (the worker, the group, the routes a
+step takes, placement and recovery), :mod:`envfleet_ray.commands` (one module per ``envfleet``
+subcommand, with the rollout's loop and policies) and the trainer adapters
+(:mod:`envfleet_ray.verl`, :mod:`envfleet_ray.verl_vla`). This module is the face: what a trainer imports.
+
 ``import envfleet_ray`` does not start Ray; :func:`init_ray` does (bound to 127.0.0.1
 unless an address is given).
 """
@@ -8,15 +13,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .batch import create_env_batch_dataproto, env_batch_dataproto, put_tensor_cpu
-from .cluster import init_ray
-from .worker import EnvWorker
+from .runtime.batch import create_env_batch_dataproto, env_batch_dataproto, put_tensor_cpu
+from .runtime.cluster import init_ray
+from .runtime.worker import EnvWorker
 
 if TYPE_CHECKING:  # loaded on first use by __getattr__ below
-    from .futures import GroupFuture
-    from .group import EnvWorkerGroup
-    from .loop import EnvLoop
-    from .policies import load_policy
+    from .commands.loop import EnvLoop
+    from .commands.policies import load_policy
+    from .runtime.futures import GroupFuture
+    from .runtime.group import EnvWorkerGroup
 
 __version__ = "0.1.0"
 
@@ -36,19 +41,19 @@ __all__ = [
 def __getattr__(name: str) -> object:
     # The Ray-dependent names load on first use.
     if name == "EnvWorkerGroup":
-        from .group import EnvWorkerGroup
+        from .runtime.group import EnvWorkerGroup
 
         return EnvWorkerGroup
     if name == "GroupFuture":
-        from .futures import GroupFuture
+        from .runtime.futures import GroupFuture
 
         return GroupFuture
     if name == "EnvLoop":
-        from .loop import EnvLoop
+        from .commands.loop import EnvLoop
 
         return EnvLoop
     if name == "load_policy":
-        from .policies import load_policy
+        from .commands.policies import load_policy
 
         return load_policy
     raise AttributeError(f"module 'envfleet_ray' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""verl's env worker, for verl's own trainer: envfleet's :class:`~envfleet_ray.worker.EnvWorker`
+"""verl's env worker, for verl's own trainer: envfleet's :class:`~envfleet_ray.runtime.worker.EnvWorker`
 behind verl's ``Worker``.
 
 verl's ``RobRayPPOTrainer`` builds its Env role as
@@ -35,8 +35,8 @@ from omegaconf import DictConfig, OmegaConf
 from envfleet.dataproto import DataProto
 from envfleet.errors import ConfigError, InvalidInputError
 
-from .placement import bundle_shape, reserve
-from .worker import EnvWorker as FleetWorker
+from .runtime.placement import bundle_shape, reserve
+from .runtime.worker import EnvWorker as FleetWorker
 
 try:
     from verl.protocol import DataProto as VerlDataProto
@@ -163,8 +163,8 @@ class EnvResourcePool(RayResourcePool):  # type: ignore[misc]
     env workers land on any node with a free CPU, the policy's GPU nodes included. This
     pool adds ``resources`` (for example ``{"sim": 1}``, offered by ``ray start --resources
     '{"sim": 8}'`` on the simulator nodes), ``memory_per_worker`` (bytes) and ``labels``
-    to every bundle, as :class:`~envfleet_ray.group.EnvWorkerGroup` does; a placement no
-    alive node can hold is a :class:`~envfleet_ray.placement.PlacementError` at once and
+    to every bundle, as :class:`~envfleet_ray.runtime.group.EnvWorkerGroup` does; a placement no
+    alive node can hold is a :class:`~envfleet_ray.runtime.placement.PlacementError` at once and
     one not granted within ``placement_timeout_s`` after it, where verl's own pool waits
     in Ray's scheduler for ever. Use it wherever verl (or verl-vla) takes a
     ``RayResourcePool``::

@@ -36,8 +36,8 @@ from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError
 
 from .reset_plan import ResetPlan
+from .runtime.worker import EnvWorker as FleetWorker
 from .verl_vla_config import VerlVlaSettings, read_config
-from .worker import EnvWorker as FleetWorker
 
 try:
     from verl.protocol import DataProto as VerlDataProto
@@ -143,7 +143,7 @@ class EnvWorker(Worker):  # type: ignore[misc]
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def node_info(self) -> dict[str, Any]:
-        """Where this worker runs: host, pid and its simulator processes (see :meth:`envfleet_ray.worker.EnvWorker.node_info`)."""
+        """Where this worker runs: host, pid and its simulator processes (see :meth:`envfleet_ray.runtime.worker.EnvWorker.node_info`)."""
         return self.worker.node_info()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -304,7 +304,7 @@ class EnvWorker(Worker):  # type: ignore[misc]
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     async def finish_rollout(self) -> dict[str, Any]:
         """Flush videos; returns envfleet's metrics of each started mode since the last call
-        (see :meth:`envfleet_ray.worker.EnvWorker.finish_rollout`)."""
+        (see :meth:`envfleet_ray.runtime.worker.EnvWorker.finish_rollout`)."""
         modes = list(self.settings.modes)
         return {mode: await asyncio.to_thread(self.worker.finish_rollout, _FLEET_MODE[mode]) for mode in modes}
 

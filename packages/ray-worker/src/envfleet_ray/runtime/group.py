@@ -14,12 +14,12 @@ placement (Ray moves them), and when none can take them within ``restart_timeout
 the error names the ranks, the node and the cause (docs/cluster.md).
 
 Where workers may run: ``resources`` (custom Ray resources per bundle, e.g.
-``{"sim": 1}``) and ``labels`` (node labels); see :mod:`envfleet_ray.placement`.
+``{"sim": 1}``) and ``labels`` (node labels); see :mod:`envfleet_ray.runtime.placement`.
 
-Steps to a worker on the driver's node take the local lane (:mod:`envfleet_ray.lane`)
+Steps to a worker on the driver's node take the local lane (:mod:`envfleet_ray.runtime.lane`)
 instead of Ray's task path; pass ``local_lane=False`` to send everything through Ray.
 Steps to another node that holds two or more workers take one Ray call to that node's
-relay (:mod:`envfleet_ray.relay`), which reaches its workers over their local lanes;
+relay (:mod:`envfleet_ray.runtime.relay`), which reaches its workers over their local lanes;
 pass ``node_relay=False`` to call each of them through Ray.
 """
 
@@ -49,7 +49,7 @@ from .recovery import chunk_of, concat_harmonized, dead_error
 from .routes import DEAD_WORKER_ERRORS, Routes, via_ray
 from .worker import EnvWorker
 
-__all__ = ["EnvWorkerGroup", "GroupFuture", "concat_harmonized"]  # GroupFuture: see envfleet_ray.futures
+__all__ = ["EnvWorkerGroup", "GroupFuture", "concat_harmonized"]  # GroupFuture: see envfleet_ray.runtime.futures
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class EnvWorkerGroup:
     :param strategy: placement strategy of the bundles (PACK, SPREAD, STRICT_SPREAD).
     :param placement_timeout_s: how long to wait for the cluster to grant the bundles.
     :param local_lane: send steps to workers on the driver's node over a local lane
-        (:mod:`envfleet_ray.lane`) rather than through Ray's task path.
+        (:mod:`envfleet_ray.runtime.lane`) rather than through Ray's task path.
     :param resources: extra Ray resources in each worker's bundle (``{"sim": 1}``): the
         workers then run only on nodes that offer them.
     :param memory_per_worker: bytes of Ray ``memory`` reserved per worker (None: none).
@@ -76,7 +76,7 @@ class EnvWorkerGroup:
     :param restart_timeout_s: how long recreating dead workers may wait for a node that
         satisfies the placement (None: ``placement_timeout_s``).
     :param node_relay: step the workers of another node that holds two or more of them
-        through one relay actor there (:mod:`envfleet_ray.relay`): one Ray call per node.
+        through one relay actor there (:mod:`envfleet_ray.runtime.relay`): one Ray call per node.
     """
 
     def __init__(

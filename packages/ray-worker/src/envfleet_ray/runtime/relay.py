@@ -3,10 +3,10 @@
 A step through Ray costs the driver one actor call per worker, 0.7-1.0 ms of its CPU
 each on this machine (docs/benchmarks.md, "A fleet of workers on a Ray cluster"): at
 64 workers that, not the simulators, bounds the step. For every other node that holds
-two or more of its workers, :class:`~envfleet_ray.group.EnvWorkerGroup` starts one
+two or more of its workers, :class:`~envfleet_ray.runtime.group.EnvWorkerGroup` starts one
 :class:`NodeRelay` actor there (no CPU reserved, pinned to the node). A step then costs
 the driver one Ray call per such node; the relay hands each worker its part over the
-worker's local lane (:mod:`envfleet_ray.lane`), the same road a worker on the driver's
+worker's local lane (:mod:`envfleet_ray.runtime.lane`), the same road a worker on the driver's
 own node takes, and returns every worker's answer in one reply.
 
 What a relay answers for each rank is a :class:`RelayOutcome`: the worker's result, the

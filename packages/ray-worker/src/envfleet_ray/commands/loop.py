@@ -23,7 +23,8 @@ import numpy as np
 
 from envfleet.dataproto import DataProto
 
-from .group import EnvWorkerGroup, GroupFuture
+from ..runtime.futures import GroupFuture
+from ..runtime.group import EnvWorkerGroup
 from .policies import Policy
 
 __all__ = ["EnvLoop", "RolloutStats", "interleaved_schedule"]

@@ -1,7 +1,7 @@
 """``EnvWorker``: one group of simulators per pipeline stage, behind verl's env-worker API.
 
 A plain class: it runs in-process for tests and debugging, and becomes a Ray actor
-with ``ray.remote(EnvWorker)`` (see :class:`~envfleet_ray.group.EnvWorkerGroup`).
+with ``ray.remote(EnvWorker)`` (see :class:`~envfleet_ray.runtime.group.EnvWorkerGroup`).
 The backend is found in the plugin registry by ``train.simulator_type``; this
 package imports no backend by name.
 
@@ -121,7 +121,7 @@ class EnvWorker:
             stage.manager.stop_simulator()
 
     def open_lane(self) -> tuple[str, bytes]:
-        """Serve ``env_interact_step`` on a local lane (see :mod:`envfleet_ray.lane`); returns its address and token.
+        """Serve ``env_interact_step`` on a local lane (see :mod:`envfleet_ray.runtime.lane`); returns its address and token.
 
         The group calls this through Ray when the worker runs on the driver's node.
         """
@@ -192,7 +192,7 @@ class EnvWorker:
         """Step one stage with ``data.non_tensor_batch["actions"]`` ``[n, chunk, action_dim]``.
 
         ``data.meta_info["stage_id"]`` picks the stage; the result is
-        :func:`~envfleet_ray.batch.env_batch_dataproto` of the chunk (every observation key
+        :func:`~envfleet_ray.runtime.batch.env_batch_dataproto` of the chunk (every observation key
         the backend declares, verl's ``full_image`` / ``wrist_image`` / ``state`` among them),
         with ``meta_info == {"stage_id": stage_id}``.
         """
@@ -331,7 +331,7 @@ class EnvWorker:
     def finish_rollout(self, mode: str = "train") -> dict[str, Any]:
         """Flush videos (``stage_{i}`` subdirectories) and return the rollout's metrics since the last call.
 
-        ``per_task``: task id -> :meth:`~envfleet_ray.metrics.TaskStats.as_dict` (description,
+        ``per_task``: task id -> :meth:`~envfleet_ray.runtime.metrics.TaskStats.as_dict` (description,
         episodes, successes and success_rate at any step, successes_at_end and
         success_at_end_rate, successful_at_reset, mean_return, mean_length); ``warnings``
         (e.g. episodes already successful at reset); ``protocol``, ``state_ids_used`` and

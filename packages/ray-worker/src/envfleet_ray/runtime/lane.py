@@ -2,7 +2,7 @@
 
 A step of a small batch is dominated by Ray's own round trip to an actor, which costs
 several times the step itself (docs/benchmarks.md, "The Ray actor hop"). When a worker runs on the
-driver's node, :class:`~envfleet_ray.group.EnvWorkerGroup` opens a lane to it: a
+driver's node, :class:`~envfleet_ray.runtime.group.EnvWorkerGroup` opens a lane to it: a
 Unix socket per stage, served by a thread inside the actor that calls the worker's
 own ``env_interact_step``. Ray still creates, places, watches and restarts the
 actor; only the step's data takes the shorter road.

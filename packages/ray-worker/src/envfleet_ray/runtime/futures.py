@@ -1,7 +1,7 @@
 """``GroupFuture``: the pending result of a call on every worker of a group.
 
-Each worker's share of a call is a :class:`~envfleet_ray.routes.Share`, made by the route
-that sent it (:mod:`envfleet_ray.routes`): the future does not know how a share travelled.
+Each worker's share of a call is a :class:`~envfleet_ray.runtime.routes.Share`, made by the route
+that sent it (:mod:`envfleet_ray.runtime.routes`): the future does not know how a share travelled.
 It reads every Ray result of the call with one ``ray.get``, then asks each share for its
 worker's answer. The future is :attr:`FutureState.PENDING` until :meth:`GroupFuture.get` has
 combined every share, then :attr:`FutureState.DONE`.
@@ -38,7 +38,7 @@ class FutureState(Enum):
 class GroupFuture:
     """The pending result of a group call; :meth:`get` waits, checks and combines.
 
-    :param shares: one :class:`~envfleet_ray.routes.Share` per worker, by rank.
+    :param shares: one :class:`~envfleet_ray.runtime.routes.Share` per worker, by rank.
     :param finish: combines the workers' results into the call's result.
     :param on_dead: ``{rank: error}`` for every worker found gone in this call (all of
         them at once, so that the workers of a lost node are recreated together):

@@ -1,6 +1,6 @@
 """A chunk step's DataProto: ``env_batch_dataproto`` (any observation key) and verl's helpers.
 
-:func:`env_batch_dataproto` is what :class:`~envfleet_ray.worker.EnvWorker` builds its results
+:func:`env_batch_dataproto` is what :class:`~envfleet_ray.runtime.worker.EnvWorker` builds its results
 with: every observation key the backend declares becomes a tensor of the same name, with its
 shape and dtype, whatever the key is called.
 
@@ -50,7 +50,7 @@ _DESCRIPTIONS = "task_descriptions"
 RESERVED_KEYS = ("rews", "terminations", "truncations", _DESCRIPTIONS)
 _STRICT_HINT = (
     "create_env_batch_dataproto keeps verl's env-worker layout, which has no place for other observation keys; "
-    "envfleet_ray.batch.env_batch_dataproto (what EnvWorker returns) takes any key a backend declares"
+    "envfleet_ray.runtime.batch.env_batch_dataproto (what EnvWorker returns) takes any key a backend declares"
 )
 
 

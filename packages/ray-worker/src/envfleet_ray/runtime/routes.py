@@ -5,8 +5,8 @@ interface: :meth:`Route.send` a part and get a :class:`Share` back, whose :meth:
 gives the worker's answer or raises why it failed.
 
 - :class:`RayRoute`: a Ray actor call (the worker is on another node, or lanes are off);
-- :class:`LaneRoute`: the local lane (:mod:`envfleet_ray.lane`) to a worker on the driver's node;
-- :class:`RelayRoute`: its node's relay (:mod:`envfleet_ray.relay`), one Ray call per node for
+- :class:`LaneRoute`: the local lane (:mod:`envfleet_ray.runtime.lane`) to a worker on the driver's node;
+- :class:`RelayRoute`: its node's relay (:mod:`envfleet_ray.runtime.relay`), one Ray call per node for
   every worker the relay carries.
 
 :class:`Routes` holds the route of every rank, builds it when a worker is attached (created or
@@ -81,7 +81,7 @@ class Share(Protocol):
 
     def result(self, timeout: float | None) -> Any:
         """The worker's answer; raises what the worker raised, or why it is gone
-        (:data:`DEAD_WORKER_ERRORS`, :class:`~envfleet_ray.lane.LaneClosed`)."""
+        (:data:`DEAD_WORKER_ERRORS`, :class:`~envfleet_ray.runtime.lane.LaneClosed`)."""
 
 
 class RayShare:
