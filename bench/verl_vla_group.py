@@ -44,8 +44,8 @@ from verl_vla_libero import torch_init_states
 from envfleet.config import load_config
 from envfleet.dataproto import DataProto
 from envfleet.plugins import list_backends
+from envfleet.states import ResetPlan
 from envfleet_ray import init_ray
-from envfleet_ray.reset_plan import ResetPlan
 from envfleet_ray.runtime.group import EnvWorkerGroup
 from envfleet_ray.verl_vla import EnvWorker
 from envfleet_ray.verl_vla_config import read_config

@@ -33,40 +33,9 @@ from typing import Any
 import numpy as np
 
 from .env import ChunkStepResult
+from .states import StateCycle  # its home until states.py gathered every way of choosing a state
 
 __all__ = ["EpisodeTracker", "StateCycle", "ChunkFlags", "restarted_rows"]
-
-
-class StateCycle:
-    """A seeded, endless walk over state ids, one independent walk per env.
-
-    The walk of env ``i`` depends only on ``(seed, rank, stage_id, env index)``, not on
-    how envs are split over processes.
-    """
-
-    def __init__(self, state_ids: np.ndarray, seed: int, rank: int, stage_id: int, env_indices: np.ndarray) -> None:
-        self._ids = np.asarray(state_ids, dtype=np.int64)
-        if self._ids.size == 0:
-            raise ValueError("StateCycle needs at least one state id")
-        self._orders = [
-            np.random.default_rng([int(seed), int(rank), int(stage_id), int(e)]).permutation(self._ids.size) for e in env_indices
-        ]
-        self._pos = np.zeros(len(self._orders), dtype=np.int64)
-
-    def next(self, env: int) -> int:
-        """The next state id for local env ``env``."""
-        order = self._orders[env]
-        value = int(self._ids[order[self._pos[env] % order.size]])
-        self._pos[env] += 1
-        return value
-
-    def get_state(self) -> np.ndarray:
-        """Positions of each env's walk."""
-        return self._pos.copy()
-
-    def load_state(self, pos: np.ndarray) -> None:
-        """Restore :meth:`get_state`."""
-        self._pos = np.asarray(pos, dtype=np.int64).copy()
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidInputError
+from .states import StateTable  # its home until states.py gathered every way of choosing a state
 
 __all__ = ["StateTable", "as_env_ids", "as_ids", "check_actions", "check_reset_ids"]
 
@@ -86,74 +87,6 @@ def check_actions(actions: Any, num_envs: int, action_dim: int, chunk: int | Non
             f"actions must be finite: actions[{env}, {k}, {d}] is {actions[env, k, d]} ({int((~finite).sum())} non-finite values)"
         )
     return np.ascontiguousarray(actions, dtype=np.float32)
-
-
-class StateTable:
-    """The state ids an env can reset to, and the task each belongs to.
-
-    :param state_ids: every id :meth:`~envfleet.env.Env.get_all_state_ids` returns.
-    :param task_ids: the task of each of them (:meth:`~envfleet.env.Env.get_state_task_ids`).
-    """
-
-    def __init__(self, state_ids: Any, task_ids: Any) -> None:
-        self.state_ids = np.asarray(state_ids, dtype=np.int64)
-        task_arr = np.asarray(task_ids, dtype=np.int64)
-        if task_arr.shape != self.state_ids.shape:
-            raise ValueError(f"one task id per state id: {task_arr.shape} task ids for {self.state_ids.shape} state ids")
-        self._contiguous = bool(np.array_equal(self.state_ids, np.arange(len(self.state_ids))))
-        self._task_of = task_arr if self._contiguous else None
-        self._tasks = {int(s): int(t) for s, t in zip(self.state_ids, task_arr)}
-
-    @classmethod
-    def contiguous(cls, task_of_state: Any) -> StateTable:
-        """State ids ``0..len(task_of_state)-1``; id ``i`` belongs to task ``task_of_state[i]``."""
-        tasks = np.asarray(task_of_state, dtype=np.int64)
-        return cls(np.arange(len(tasks), dtype=np.int64), tasks)
-
-    def __len__(self) -> int:
-        return len(self.state_ids)
-
-    def task_of(self, state_id: int) -> int:
-        """The task of a known state id."""
-        return self._tasks[int(state_id)]
-
-    def tasks_of(self, state_ids: np.ndarray) -> np.ndarray:
-        """The task of each of ``state_ids`` (known ids), as int64."""
-        if self._task_of is not None:
-            return self._task_of[state_ids]
-        return np.array([self._tasks[int(s)] for s in state_ids], dtype=np.int64)
-
-    def check(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None, where: str = "") -> None:
-        """Every id is known and each task id, when given, is its state's task.
-
-        :param where: added after the env's number in the message, e.g. ``" of stage 1"``.
-        :raises InvalidInputError: naming the first bad env, the id and what was expected.
-        """
-        if self._task_of is not None:
-            bad = np.nonzero((state_ids < 0) | (state_ids >= len(self._task_of)))[0]
-            if bad.size:
-                i = int(bad[0])
-                raise InvalidInputError(
-                    f"state id {int(state_ids[i])} (env {i}{where}) is out of range: expected 0..{len(self._task_of) - 1}"
-                )
-        else:
-            for i, sid in enumerate(state_ids):
-                if int(sid) not in self._tasks:
-                    lo, hi = (int(self.state_ids.min()), int(self.state_ids.max())) if len(self) else (0, -1)
-                    raise InvalidInputError(
-                        f"state id {int(sid)} (env {i}{where}) is unknown: expected one of the "
-                        f"{len(self)} ids from get_all_state_ids() ({lo}..{hi})"
-                    )
-        if task_ids is None:
-            return
-        expected = self.tasks_of(state_ids)
-        wrong = np.nonzero(task_ids != expected)[0]
-        if wrong.size:
-            i = int(wrong[0])
-            raise InvalidInputError(
-                f"env {i}{where}: task id {int(task_ids[i])} does not match state id {int(state_ids[i])}, "
-                f"which belongs to task {int(expected[i])}"
-            )
 
 
 def check_reset_ids(

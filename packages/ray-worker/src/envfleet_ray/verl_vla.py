@@ -8,7 +8,7 @@ constructor, those methods, dispatch modes and blocking flags:
 - ``init_worker``: one-to-all; starts one envfleet manager per stage for each mode
   of ``env_worker.modes`` (``train``, ``eval``);
 - ``reset_env(mode=, reset_eval=)``: non-blocking; the env chooses the states
-  (:class:`~envfleet_ray.reset_plan.ResetPlan`); with ``auto_reset`` it returns the
+  (:class:`~envfleet.states.ResetPlan`); with ``auto_reset`` it returns the
   latest observations instead of resetting (unless ``reset_eval``);
 - ``env_interact_step(data, mode=)``: non-blocking; ``action`` ``[n, T, D]``;
 - ``get_eval_benchmark_size``, ``finish_rollout``, ``pop_lerobot_dataset``, ``record``,
@@ -34,8 +34,8 @@ import torch
 
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError
+from envfleet.states import ResetPlan
 
-from .reset_plan import ResetPlan
 from .runtime.worker import EnvWorker as FleetWorker
 from .verl_vla_config import VerlVlaSettings, read_config
 

@@ -22,25 +22,13 @@ from typing import Any
 import numpy as np
 
 from envfleet.dataproto import DataProto
+from envfleet.states import interleaved_schedule
 
 from ..runtime.futures import GroupFuture
 from ..runtime.group import EnvWorkerGroup
 from .policies import Policy
 
 __all__ = ["EnvLoop", "RolloutStats", "interleaved_schedule"]
-
-
-def interleaved_schedule(state_ids: np.ndarray, task_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Order state ids as trial 0 of every task, then trial 1 of every task, and so on."""
-    state_ids = np.asarray(state_ids)
-    task_ids = np.asarray(task_ids)
-    trial = np.zeros(len(state_ids), dtype=np.int64)
-    seen: dict[int, int] = {}
-    for i, t in enumerate(task_ids):
-        trial[i] = seen.get(int(t), 0)
-        seen[int(t)] = trial[i] + 1
-    order = np.lexsort((task_ids, trial))
-    return state_ids[order], task_ids[order]
 
 
 @dataclass
