@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from envfleet.batched_env import BatchedEnv
-from envfleet.env import ChunkStepResult, EnvContext, ObservationSpec, ResetResult
+from envfleet.env import ChunkStepResult, EnvContext, ResetResult
 from envfleet.validation import StateTable, check_actions, check_reset_ids
 
 from .held import FrozenObservations, HeldEnvs
@@ -218,15 +218,6 @@ class IsaacEnv(BatchedEnv):
         self.states = StateTable.contiguous(np.zeros(size, dtype=np.int64))  # one task: the task id's
 
     # ------------------------------------------------------------------ protocol
-    def observation_spec(self) -> ObservationSpec:
-        return dict(self._spec)
-
-    def get_all_state_ids(self) -> np.ndarray:
-        return self.states.state_ids.copy()
-
-    def get_state_task_ids(self) -> np.ndarray:
-        return self.states.tasks_of(self.states.state_ids)
-
     def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
         n = self.num_envs
         state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=n)

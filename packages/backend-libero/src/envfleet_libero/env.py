@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from envfleet.batched_env import BatchedEnv
-from envfleet.env import ChunkStepResult, EnvContext, ObservationSpec, ResetResult
+from envfleet.env import ChunkStepResult, EnvContext, ResetResult
 from envfleet.plugins import backend_section
 from envfleet.validation import StateTable, as_env_ids, check_actions, check_reset_ids
 
@@ -112,10 +112,6 @@ class LiberoEnv(BatchedEnv):
         self._closed = False
 
     # ------------------------------------------------------------------ protocol
-    def observation_spec(self) -> ObservationSpec:
-        """``full_image``, ``wrist_image`` (two cameras), ``state``."""
-        return dict(self._spec)
-
     def renderer_info(self) -> dict[str, str]:
         """The GL platform chosen for this process and the GL strings of a built simulator's context.
 
@@ -129,14 +125,6 @@ class LiberoEnv(BatchedEnv):
             if sim.fast_refusal is not None:
                 info["physics"] = f"libero step loop ({sim.fast_refusal})"
         return info
-
-    def get_all_state_ids(self) -> np.ndarray:
-        """Every (task, trial) of the suite, numbered task by task."""
-        return self.suite.state_ids()
-
-    def get_state_task_ids(self) -> np.ndarray:
-        """The task index (suite order) of each state id."""
-        return self.suite.state_task_ids()
 
     def task_description(self, task_id: int) -> str:
         """The task's instruction, from the suite's instruction source (:mod:`.suites`)."""

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from envfleet.batched_env import BatchedEnv
-from envfleet.env import ChunkStepResult, EnvContext, ObservationSpec, ResetResult
+from envfleet.env import ChunkStepResult, EnvContext, ResetResult
 from envfleet.validation import StateTable, check_actions, check_reset_ids
 
 from . import brdf_lut, device
@@ -107,15 +107,6 @@ class ManiskillEnv(BatchedEnv):
             )
 
     # ------------------------------------------------------------------ protocol
-    def observation_spec(self) -> ObservationSpec:
-        return dict(self._spec)
-
-    def get_all_state_ids(self) -> np.ndarray:
-        return np.arange(self.num_state_ids, dtype=np.int64)
-
-    def get_state_task_ids(self) -> np.ndarray:
-        return np.zeros(self.num_state_ids, dtype=np.int64)
-
     def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
         state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=self.num_envs)
         self._reset(np.arange(self.num_envs), state_ids)
