@@ -1,40 +1,13 @@
-"""Core's layout: no import circle, sub-packages by concern, the old flat paths still working."""
+"""Core's layout: no import circle, sub-packages by concern."""
 
 from __future__ import annotations
 
 import ast
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
-
-import pytest
 
 import envfleet
 
 CORE = Path(envfleet.__file__).parent
-
-#: The old flat path of each moved module, and where it lives now.
-MOVED = {
-    "envfleet.manager": "envfleet.shards.manager",
-    "envfleet.shard_handle": "envfleet.shards.handle",
-    "envfleet.replies": "envfleet.shards.replies",
-    "envfleet.recycling": "envfleet.shards.recycling",
-    "envfleet.shard": "envfleet.shards.server",
-    "envfleet.protocol": "envfleet.shards.messages",
-    "envfleet.wire": "envfleet.shards.wire",
-    "envfleet.shm": "envfleet.shards.shm",
-    "envfleet.janitor": "envfleet.shards.janitor",
-    "envfleet.interpreter": "envfleet.shards.interpreter",
-    "envfleet.check": "envfleet.diagnostics.check",
-    "envfleet.measure": "envfleet.diagnostics.measure",
-    "envfleet.gl_probe": "envfleet.diagnostics.gl_probe",
-    "envfleet.egl_cuda": "envfleet.diagnostics.egl_cuda",
-    "envfleet.hookspecs": "envfleet.plugins.hookspecs",
-    "envfleet.registry": "envfleet.plugins",
-}
-
 
 def _module_name(path: Path) -> str:
     parts = ["envfleet", *path.relative_to(CORE).with_suffix("").parts]
@@ -127,52 +100,3 @@ def test_the_cycle_check_finds_a_circle() -> None:
 
 def test_the_options_module_is_a_leaf() -> None:
     assert _imports(CORE / "options.py") == set()
-
-
-@pytest.mark.parametrize(("old", "new"), sorted(MOVED.items()), ids=sorted(MOVED))
-def test_an_old_path_warns_and_is_the_new_module(old: str, new: str) -> None:
-    code = f"""
-        import importlib, sys, warnings
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            old = importlib.import_module({old!r})
-        assert old is importlib.import_module({new!r}), (old, {new!r})
-        messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
-        assert messages == [{f"{old} moved to {new}: import it from there (the old path will be removed)"!r}], messages
-        print("ok")
-    """
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
-
-
-def test_nothing_in_the_repository_imports_an_old_path() -> None:
-    repo = CORE.parents[3]
-    if not (repo / "noxfile.py").is_file():
-        pytest.skip("not run from a source checkout")  # pragma: no cover
-    stale = [f"{path.relative_to(repo)}: {module}" for path in CORE.rglob("*.py") for module in _imports(path) if module in MOVED]
-    for folder in ("packages", "tests", "bench", "examples", "docs"):
-        for path in (repo / folder).rglob("*.py"):
-            if path.parent == CORE or ".nox" in path.parts:
-                continue
-            for module in _imports_anywhere(path):
-                if module in MOVED:
-                    stale.append(f"{path.relative_to(repo)}: {module}")
-    assert not stale, stale
-
-
-def _imports_anywhere(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            found.add(node.module)
-            found.update(f"{node.module}.{a.name}" for a in node.names)
-    return found
-
-
-def test_a_shard_still_starts_from_its_old_module_path() -> None:
-    # `python -m envfleet.shard FD PID` with a bad FD must reach the server's main (and fail
-    # there on the descriptor), not stop at the shim.
-    out = subprocess.run([sys.executable, "-m", "envfleet.shard", "999", str(os.getpid())], capture_output=True, text=True, timeout=120)
-    assert out.returncode != 0 and "Bad file descriptor" in out.stderr, out.stderr

@@ -13,10 +13,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._moved import install as _answer_for_moved_paths
-
-_answer_for_moved_paths()  # `import envfleet.manager` and the other flat paths of before still work
-
 # Names are imported on first use, so that a shard process (``python -m envfleet.shards.server``)
 # and a plugin listing do not pay for torch and tensordict, nor need them installed.
 _EXPORTS = {

@@ -6,19 +6,6 @@ named tuple below, and :data:`ARGUMENTS` says which. On the wire the command is 
 plain string and the argument a plain tuple (so that each message pickles small and
 fast); the shard's server rebuilds the named tuple before it dispatches. The shard
 answers every request with one reply, ``("ok", payload, sim_s)`` or
-command            argument                                     payload of the ``ok`` reply
-=================  ===========================================  ==========================================
-``init``           factory, cfg, ctx, shm_name, layout          state ids, their task ids, supports_state, pid
-``reset``          ``{"state_ids", "task_ids"}``                a packed reply (:mod:`envfleet.shards.wire`)
-``reset_some``     ``{"env_ids", "state_ids", "task_ids"}``     a packed reply, as ``reset``'s
-``step``           (action bytes, their shape)                  a packed reply
-``get_state``      ``{}``                                       the env's state
-``load_state``     ``{"state"}``                                ``None``
-``flush_video``    ``{"subdir"}``                               the paths written
-``renderer_info``  ``{}``                                       GL platform, vendor, renderer
-``close``          ``{}``                                       ``None``; the shard then exits
-=================  ===========================================  ==========================================
-=======
 ``("err", kind, type name, message, traceback)``; the manager reads it as a
 :class:`Reply` (:meth:`~envfleet.shards.handle.ShardHandle.reply_within`), adding the
 two outcomes only it can see: the process died, or it did not answer in time.
