@@ -13,14 +13,10 @@ expected and, for a misspelling, the closest valid key, before any process start
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import os
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -31,6 +27,7 @@ from .named_protocols import protocol_layers
 from .options import OPTIONAL_KEYS, ActionTransform, RenderMode
 from .plugins import BackendSpec, get_backend, list_backends
 from .plugins.api import check_optional_keys
+from .schema import check_missing, merge_into, reject_unknown_keys
 
 __all__ = [
     "InitParamsConfig",
@@ -171,78 +168,6 @@ def parse_overrides(overrides: Sequence[str]) -> DictConfig:
         raise ConfigError(f"cannot parse overrides {list(overrides)}: {exc}") from None
 
 
-def _fields(schema: type) -> dict[str, dataclasses.Field[Any]]:
-    return {f.name: f for f in dataclasses.fields(schema)}
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is typing.Union:
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return " or ".join(_type_name(a) for a in args) + " or null"
-    if origin is list:
-        (arg,) = typing.get_args(tp) or (Any,)
-        return f"list of {_type_name(arg)}"
-    if origin is dict:
-        return "mapping"
-    if dataclasses.is_dataclass(tp):
-        return "mapping"
-    return getattr(tp, "__name__", str(tp))
-
-
-def _reject_unknown_keys(data: Any, schema: type, prefix: str) -> None:
-    """Unknown keys anywhere under ``data`` -> ConfigError with the dotted key and a suggestion."""
-    if not isinstance(data, (Mapping, DictConfig)):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(data).__name__} {data!r}")
-    hints = typing.get_type_hints(schema)
-    valid = list(_fields(schema))
-    for key in data:
-        if key not in valid:
-            close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.6)
-            hint = f" Did you mean '{prefix}{close[0]}'?" if close else f" Valid keys: {', '.join(valid)}."
-            raise ConfigError(f"unknown config key '{prefix}{key}'.{hint}")
-        sub = hints[key]
-        for candidate in (sub, *typing.get_args(sub)):
-            if dataclasses.is_dataclass(candidate):
-                value = data[key]
-                if value is not None:
-                    _reject_unknown_keys(value, candidate, f"{prefix}{key}.")  # type: ignore[arg-type]
-                break
-
-
-def _merge(schema: type, prefix: str, *layers: Any) -> DictConfig:
-    for layer in layers:
-        _reject_unknown_keys(layer, schema, prefix)
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(schema), *layers)
-    except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None) or ""
-        hints = typing.get_type_hints(schema)
-        top = str(key).split(".")[0].split("[")[0]
-        if top in hints and "." not in str(key) and isinstance(hints[top], type) and issubclass(hints[top], Enum):
-            allowed = [member.value for member in hints[top]]
-            raise ConfigError(f"config key '{prefix}{key}' must be one of {allowed}, got {_bad_value(layers, top)!r}") from None
-        expected = _type_name(hints[top]) if top in hints and "." not in str(key) else "the schema's type"
-        message = str(exc).splitlines()[0]
-        raise ConfigError(f"config key '{prefix}{key}' has a wrong value: {message} (expected {expected})") from None
-    assert isinstance(merged, DictConfig)
-    return merged
-
-
-def _bad_value(layers: tuple[Any, ...], key: str) -> Any:
-    """The value of ``key`` in the last layer that sets it (the one a merge failed on)."""
-    for layer in reversed(layers):
-        if isinstance(layer, (Mapping, DictConfig)) and key in layer:
-            return layer[key]
-    return None
-
-
-def _check_missing(cfg: DictConfig, prefix: str) -> None:
-    for key in cfg:
-        if OmegaConf.is_missing(cfg, key):
-            raise ConfigError(f"config key '{prefix}{key!s}' is required and has no value")
-
-
 def _check_values(section: DictConfig, prefix: str) -> None:
     positive = ("num_envs", "step_timeout_s", "start_timeout_s", "restart_window_s")
     for key in positive:
@@ -283,16 +208,16 @@ def _load_section(name: str, user: Any, lookup: Callable[[str], BackendSpec], kn
             )
     named, named_backend = protocol_layers(prefix, user, backend_section, spec)
     defaults = dict(spec.defaults or {})
-    core = _merge(EnvConfig, prefix, defaults, named, user)
-    _check_missing(core, prefix)
+    core = merge_into(EnvConfig, prefix, defaults, named, user)
+    check_missing(core, prefix)
     _check_values(core, prefix)
     check_optional_keys(core, prefix, spec)  # an error, or for a plugin of API 1 a warning
     out = OmegaConf.to_container(core, resolve=False)
     assert isinstance(out, dict)
     schema = spec.config_schema
     if schema is not None:
-        section = _merge(schema, f"{prefix}{simulator}.", named_backend, backend_section or {})
-        _check_missing(section, f"{prefix}{simulator}.")
+        section = merge_into(schema, f"{prefix}{simulator}.", named_backend, backend_section or {})
+        check_missing(section, f"{prefix}{simulator}.")
         out[simulator] = OmegaConf.to_container(section, resolve=False)
     elif backend_section:
         raise ConfigError(f"config section '{prefix}{simulator}' given, but backend {simulator!r} has no options of its own")
@@ -440,8 +365,8 @@ def _load_env_sections(user: DictConfig, lookup: Callable[[str], BackendSpec], k
 def _load_other_sections(user: DictConfig) -> dict[str, Any]:
     """``rollout``, ``actor`` and ``disagg_sim``, checked against :class:`EnvFleetConfig`."""
     top = {k: v for k, v in user.items() if k not in ("train", "val")}
-    _reject_unknown_keys(top, EnvFleetConfig, "")
-    rest = OmegaConf.to_container(_merge(EnvFleetConfig, "", top), resolve=False)
+    reject_unknown_keys(top, EnvFleetConfig, "")
+    rest = OmegaConf.to_container(merge_into(EnvFleetConfig, "", top), resolve=False)
     assert isinstance(rest, dict)
     return {key: rest[key] for key in ("rollout", "actor", "disagg_sim")}
 
