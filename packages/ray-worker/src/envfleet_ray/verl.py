@@ -151,8 +151,13 @@ class EnvWorker(Worker):  # type: ignore[misc]
         await asyncio.to_thread(self.worker.stop_simulator, mode)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def node_info(self) -> dict[str, Any]:
+        """Where this worker runs: host, IP, pid and its shards' pids (envfleet's ``EnvWorker.node_info``)."""
+        return self.worker.node_info()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def close(self) -> None:
-        """Stop every simulator process and free shared memory. Safe to call twice."""
+        """Stop every simulator process and free shared memory; returns when they are gone. Safe to call twice."""
         self.worker.close()
 
 
