@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Finding", "add_parser", "run", "doctor"]
+__all__ = ["Finding", "add_parser", "run", "doctor", "device_findings", "gpu_findings"]
 
 _IMPORT_TIMEOUT_S = 300.0
 _GB = 1e9
@@ -241,12 +241,31 @@ def _rendering_findings(names: list[str]) -> list[Finding]:
         fatal = name == mujoco_gl or not working
         findings.append(Finding("FAIL" if fatal else "warn", f"{name} does not start for {who}: {probe.error}", _GL_FIX[name]))
     egl = probes["egl"]
-    gpus = egl.gpus
+    findings.extend(device_findings(egl.devices, egl))
+    return findings
+
+
+def device_findings(devices: Any, egl: Any = None) -> list[Finding]:
+    """The machine's EGL devices and GPUs (listed without a GL context, so also when EGL did not start),
+    the container case, and the EGL/CUDA mapping (:func:`gpu_findings`)."""
+    if devices is None:
+        return []
+    findings = []
+    if devices.egl_error:
+        findings.append(Finding("warn", f"EGL devices: not listed: {devices.egl_error}", _GL_FIX["egl"]))
+    else:
+        listed = ", ".join(
+            f"{d.index} ({'Mesa CPU rasterizer' if d.software else 'NVIDIA, CUDA ' + str(d.cuda) if d.cuda is not None else 'not a CUDA device'})"
+            for d in devices.egl_devices
+        )
+        findings.append(Finding("ok", f"EGL devices: {listed or 'none'}"))
+    gpus = devices.gpus
     if not gpus:
-        note = "EGL/CUDA mapping not needed" if egl.ok else "no EGL, so no EGL/CUDA mapping to check"
-        findings.append(Finding("ok", f"NVIDIA GPUs: none found (no CUDA driver): {note}"))
+        why = devices.cuda_error or "the CUDA driver lists none"
+        note = "EGL/CUDA mapping not needed" if not devices.nvidia_egl else "yet EGL lists NVIDIA devices"
+        findings.append(Finding("ok" if not devices.nvidia_egl else "warn", f"NVIDIA GPUs: none found ({why}): {note}"))
         return findings
-    if egl.ok and egl.software:
+    if egl is not None and egl.ok and egl.software:
         findings.append(
             Finding(
                 "warn",
@@ -254,7 +273,19 @@ def _rendering_findings(names: list[str]) -> list[Finding]:
                 "install the NVIDIA driver's EGL library (libnvidia-gl, and libglvnd's libEGL_nvidia.so.0)",
             )
         )
-    findings.extend(gpu_findings(egl.egl_devices, gpus))
+    nvidia = devices.nvidia_egl
+    if 0 < len(nvidia) < len(gpus):
+        on = ", ".join(str(d.cuda) for d in nvidia)
+        findings.append(
+            Finding(
+                "warn",
+                f"container case: {len(gpus)} GPUs but only {len(nvidia)} EGL device(s) report a CUDA device (CUDA {on}): "
+                f"processes on the other GPUs render on CUDA {on}",
+                "give the container every GPU for graphics (NVIDIA_DRIVER_CAPABILITIES=all, or graphics,compute,utility) "
+                "so that each GPU has its EGL device",
+            )
+        )
+    findings.extend(gpu_findings(devices.egl_devices, gpus))
     return findings
 
 

@@ -9,7 +9,7 @@ on GPU 0. NVIDIA's EGL reports the CUDA ordinal of each EGL device
 out, from plain data, which EGL device a process uses and which one it should use.
 
 Everything here takes lists in and returns values: the device lists come from
-:mod:`envfleet.diagnostics.gl_probe` on a real machine and from fakes in tests.
+:mod:`envfleet.shards.gpus` on a real machine and are given by tests.
 
 >>> gpus = [Gpu(0, "GPU-aaaa"), Gpu(1, "GPU-bbbb")]
 >>> egl = [EglDevice(0, cuda=1), EglDevice(1, cuda=0)]
@@ -23,25 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..shards.gpus import EglDevice, Gpu
+
 __all__ = ["Gpu", "EglDevice", "VisibleDevices", "RenderPlan", "visible_cuda_devices", "chosen_egl_device", "plan_rendering"]
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """A CUDA device as CUDA numbers it when ``CUDA_VISIBLE_DEVICES`` is unset."""
-
-    index: int  # CUDA ordinal, in the order CUDA_DEVICE_ORDER gives
-    uuid: str  # "GPU-8d2c1b6e-...", as nvidia-smi and CUDA_VISIBLE_DEVICES spell it
-    name: str = ""
-
-
-@dataclass(frozen=True)
-class EglDevice:
-    """An EGL device (``eglQueryDevicesEXT`` order) and the CUDA ordinal it reports, if any."""
-
-    index: int
-    cuda: int | None = None  # EGL_CUDA_DEVICE_NV; None for a device without EGL_NV_device_cuda (Mesa, llvmpipe)
-    name: str = ""  # its EGL extensions or driver, for messages
 
 
 @dataclass(frozen=True)
