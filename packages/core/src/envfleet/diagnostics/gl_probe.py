@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..shards.gpus import Devices, EglDevice, Gpu, list_devices
+from ..shards.rendering import is_software_renderer, rasterizer_kind
 
 __all__ = ["PLATFORMS", "GLProbe", "probe_gl", "is_software_renderer", "rasterizer_kind", "gl_env_problem"]
 
@@ -73,25 +74,6 @@ class GLProbe:
     def rasterizer(self) -> str:
         """``"GPU"`` or ``"CPU rasterizer"``, as the doctor and a fingerprint name it."""
         return rasterizer_kind(self.renderer)
-
-
-def is_software_renderer(renderer: str) -> bool:
-    """Whether a ``GL_RENDERER`` string names a CPU rasterizer.
-
-    >>> is_software_renderer("llvmpipe (LLVM 15.0.6, 256 bits)"), is_software_renderer("NVIDIA A100-SXM4-40GB/PCIe/SSE2")
-    (True, False)
-    """
-    lowered = renderer.lower()
-    return any(word in lowered for word in ("llvmpipe", "softpipe", "swrast", "software rasterizer"))
-
-
-def rasterizer_kind(renderer: str) -> str:
-    """``"CPU rasterizer"`` for llvmpipe and its kin, else ``"GPU"``.
-
-    >>> rasterizer_kind("llvmpipe (LLVM 15.0.6, 256 bits)"), rasterizer_kind("NVIDIA H200/PCIe/SSE2")
-    ('CPU rasterizer', 'GPU')
-    """
-    return "CPU rasterizer" if is_software_renderer(renderer) else "GPU"
 
 
 def probe_gl(
