@@ -23,49 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..render_device import VisibleDevices, visible_cuda_devices
 from ..shards.gpus import EglDevice, Gpu
 
 __all__ = ["Gpu", "EglDevice", "VisibleDevices", "RenderPlan", "visible_cuda_devices", "chosen_egl_device", "plan_rendering"]
-
-
-@dataclass(frozen=True)
-class VisibleDevices:
-    """``CUDA_VISIBLE_DEVICES`` resolved: the CUDA ordinals a process sees, in its own order."""
-
-    devices: list[int]  # devices[k] is the all-GPU ordinal of the process's CUDA device k
-    ignored: list[str]  # entries CUDA ignores: the first invalid one and all after it
-
-
-def _match(entry: str, gpus: Sequence[Gpu]) -> int | None:
-    if entry.isdigit():
-        index = int(entry)
-        return index if any(g.index == index for g in gpus) else None
-    if not entry.startswith(("GPU-", "MIG-")):
-        return None
-    found = [g.index for g in gpus if g.uuid.lower().startswith(entry.lower())]
-    return found[0] if len(found) == 1 else None  # a prefix must name one GPU
-
-
-def visible_cuda_devices(cuda_visible_devices: str | None, gpus: Sequence[Gpu]) -> VisibleDevices:
-    """The GPUs a process sees under ``cuda_visible_devices``, as CUDA reads the variable.
-
-    Unset: every GPU. Entries are ordinals or (prefixes of) GPU UUIDs; CUDA stops at the
-    first entry that names no GPU (or names one twice) and ignores the rest.
-
-    >>> gpus = [Gpu(0, "GPU-aa"), Gpu(1, "GPU-bb"), Gpu(2, "GPU-cc")]
-    >>> visible_cuda_devices("2,GPU-a,7,1", gpus)
-    VisibleDevices(devices=[2, 0], ignored=['7', '1'])
-    """
-    if cuda_visible_devices is None:
-        return VisibleDevices(sorted(g.index for g in gpus), [])
-    entries = [e.strip() for e in cuda_visible_devices.split(",")] if cuda_visible_devices.strip() else []
-    devices: list[int] = []
-    for k, entry in enumerate(entries):
-        index = _match(entry, gpus)
-        if index is None or index in devices:
-            return VisibleDevices(devices, entries[k:])
-        devices.append(index)
-    return VisibleDevices(devices, [])
 
 
 def chosen_egl_device(cuda_visible_devices: str | None, mujoco_egl_device_id: str | None) -> int:

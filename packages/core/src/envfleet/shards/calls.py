@@ -27,6 +27,7 @@ from ..env import EnvContext
 from ..errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
 from ..plugins import BackendSpec
 from ..validation import StateTable
+from .gpus import Devices, shard_render_environ, stage_devices
 from .handle import Deadline, Packed, ShardHandle
 from .interpreter import shard_command
 from .messages import Argument, Command, ErrorKind, InitRequest, Outcome, RemoteError, Reply, ResetRequest
@@ -84,6 +85,8 @@ class ShardCalls:
         self.max_restarts = int(env_cfg.max_restarts)
         self.restart_window_s = float(env_cfg.restart_window_s)
         self.supports_state = False  # from the shards' init replies
+        self._render_devices: Devices | None = None  # listed at the first launch (train.render_device)
+        self._render_listed = False
         self.states: StateTable | None = None
 
     # ------------------------------------------------------------------ starting
@@ -93,9 +96,22 @@ class ShardCalls:
             shard.block = ShmBlock(shard.layout, tag=f"s{self.context.stage_id}_{shard.index}_")
         # train.simulator_python: the worker's own Python, or a venv of the simulator's (checked once).
         python, env = shard_command(self.env_cfg, self.spec)
+        env.update(self.render_environ(shard, env, python))
         ctx = dataclasses.replace(self.context, num_envs=shard.num_envs, shard_id=shard.index, env_offset=shard.env_slice.start)
         request = InitRequest(self.spec.env_factory, self.cfg_container, ctx.__dict__, shard.block.name, shard.layout.to_wire())
         shard.launch(python, env, request)
+
+    def render_environ(self, shard: ShardHandle, env: dict[str, str], python: str) -> dict[str, str]:
+        """What ``train.render_device`` sets in ``shard``'s environment (:mod:`envfleet.render_device`);
+        the devices are listed once per stage, and only where there is something to pick."""
+        setting = self.env_cfg.get("render_device", "auto")
+        if not self._render_listed:
+            self._render_devices, self._render_listed = stage_devices(setting, env, python), True
+        slot = shard.index + self.context.rank + self.context.stage_id
+        out, pick = shard_render_environ(setting, self.spec.renderer, slot, env, self._render_devices)
+        if pick is not None:
+            log.info("stage %d shard %d renders on EGL device %s (%s)", self.context.stage_id, shard.index, pick.egl, pick.why)
+        return out
 
     def await_init(self, shards: list[ShardHandle]) -> None:
         """Await the init replies of ``shards``; the first failure raises."""
