@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Finding", "add_parser", "run", "doctor", "device_findings", "gpu_findings"]
+__all__ = ["Finding", "add_parser", "run", "doctor", "device_findings", "gpu_findings", "physx_finding"]
 
 _IMPORT_TIMEOUT_S = 300.0
 _GB = 1e9
@@ -121,6 +121,7 @@ def doctor(names: Sequence[str] = (), measure: bool = False, out: Any = None) ->
     vulkan = [spec.name for spec in backends if spec.renderer == "vulkan"]
     if vulkan:
         emit(_vulkan_finding(vulkan))
+        emit(physx_finding(vulkan))
     for spec in backends:
         if spec.renderer not in (None, "mujoco", "vulkan"):
             emit(Finding("warn", f"backend {spec.name} renders through {spec.renderer!r}, which the doctor cannot probe"))
@@ -301,6 +302,23 @@ def _vulkan_finding(names: list[str]) -> Finding:
     first = probe.devices[0]
     kind = "software renderer on the CPU" if first.software else first.kind
     return Finding("ok", f"Vulkan for {who}: renders on {first.name} ({kind}, Vulkan {first.api}; {icd})")
+
+
+def physx_finding(names: list[str], gpu: bool | None = None) -> Finding:
+    """Whether SAPIEN's PhysX GPU library is in place (:mod:`envfleet.diagnostics.physx_library`): without it
+    ``physx_cuda`` would download it at first use, which envfleet refuses."""
+    from envfleet.diagnostics.physx_library import find_physx_library
+    from envfleet.shards.gpus import nvidia_driver_present
+
+    who = ", ".join(names)
+    library = find_physx_library()
+    if not library.version:
+        return Finding("warn", f"SAPIEN's PhysX GPU library for {who}: not looked for: {library.error}", library.placement())
+    if library.present:
+        return Finding("ok", f"SAPIEN's PhysX GPU library for {who}: {library.path} (physx_cuda starts without a download)")
+    gpu = nvidia_driver_present() if gpu is None else gpu
+    what = f"SAPIEN's PhysX GPU library for {who}: {library.path} is absent: sim_backend auto simulates on physx_cpu, physx_cuda is refused"
+    return Finding("warn" if gpu else "ok", what + ("" if gpu else " (no NVIDIA GPU here)"), library.placement())
 
 
 def gpu_findings(egl_devices: Sequence[Any], gpus: Sequence[Any]) -> list[Finding]:
