@@ -68,7 +68,8 @@ def loaded_render_stack(modules: Mapping[str, object] | None = None) -> str | No
     loaded = sys.modules if modules is None else modules
     if "sapien" in loaded:
         return "sapien"
-    if "mujoco" in loaded and "OpenGL" in loaded:
+    # MuJoCo imports its GL platform's module only when it makes an offscreen context.
+    if any(f"mujoco.{platform}" in loaded for platform in ("egl", "osmesa", "glfw")):
         return "mujoco"
     return None
 
