@@ -1,4 +1,4 @@
-"""nox sessions: tests, tests-core, tests-verl, tests-verl-vla, tests-torchrl, tests-isaac, tests-metaworld, tests-maniskill, tests-lerobot, lint, typecheck, demo, bench, chaos, docs.
+"""nox sessions: tests, tests-core, tests-verl, tests-verl-vla, tests-torchrl, tests-isaac, tests-metaworld, tests-maniskill, tests-lerobot, gpu-check, lint, typecheck, demo, bench, chaos, docs.
 
 Every session installs from the pinned files in requirements/, so a fresh machine
 gets the same versions. System packages (EGL/OSMesa for rendering) come from
@@ -31,6 +31,7 @@ nox.options.sessions = [
     "tests-metaworld",
     "tests-maniskill",
     "tests-lerobot",
+    "gpu-check",
     "docs",
 ]
 
@@ -410,6 +411,18 @@ def tests_lerobot(session: nox.Session) -> None:
     args = session.posargs or ["tests/lerobot"]
     # HF_HUB_OFFLINE: nothing here may reach the hub; a test that tried would fail, not hang.
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env={"HF_HUB_OFFLINE": "1"})
+
+
+@nox.session(name="gpu-check", python=PY311)
+def gpu_check(session: nox.Session) -> None:
+    """What a GPU host gives envfleet, in under 5 minutes (bench/gpu_check.py): the doctor's GPU findings, the
+    render device per shard, the reacher's throughput on EGL and OSMesa, __GL_YIELD, GPU memory, ManiSkill's
+    CUDA path. Needs only core, mujoco and envfleet-reacher (a payload of a few MiB); on a machine without a
+    GPU the same code runs on Mesa. JSON and a table go to .nox/gpu-check-out (`-- --out DIR` moves them)."""
+    session.install("-c", MAIN_LOCK, "-e", "packages/core", "mujoco")
+    session.install("--no-deps", "-e", "tests/plugins/envfleet-reacher")
+    out = os.path.join(".nox", "gpu-check-out")
+    session.run("python", "bench/gpu_check.py", "--out", out, *session.posargs, env=RENDER_ENV)
 
 
 @nox.session(python=PY311)

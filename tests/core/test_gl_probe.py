@@ -60,3 +60,34 @@ def test_software_renderer_names() -> None:
     assert is_software_renderer("llvmpipe (LLVM 15.0.6, 256 bits)")
     assert is_software_renderer("softpipe")
     assert not is_software_renderer("NVIDIA GeForce RTX 4090/PCIe/SSE2")
+
+
+def test_egl_probe_forced_nvidia_branch_on_mesa() -> None:
+    # The EGL_CUDA_DEVICE_NV query runs only for devices with EGL_NV_device_cuda, never on Mesa; forced
+    # here, it must run on every device and fail cleanly (EGL_BAD_ATTRIBUTE), not raise in ctypes.
+    probe = probe_gl("egl", force_nv_query=True)
+    assert probe.ok, probe.error
+    assert probe.devices is not None and probe.devices.egl_error == ""
+    assert probe.devices.nv_queried == [d.index for d in probe.egl_devices] and probe.egl_devices
+    assert all(d.cuda is None for d in probe.egl_devices)
+
+
+def test_devices_are_listed_when_the_egl_context_fails() -> None:
+    probe = probe_gl("egl", environ={**os.environ, "MUJOCO_EGL_DEVICE_ID": "99"})
+    assert not probe.ok
+    assert probe.egl_devices and probe.devices is not None  # listed by the step that needs no context
+    assert "libcuda.so.1" in probe.devices.cuda_error  # no CUDA driver here, and the reason is said
+
+
+def test_listing_from_a_missing_interpreter_says_why() -> None:
+    from envfleet.shards.gpus import list_devices
+
+    devices = list_devices(python=sys.executable + "-no-such")
+    assert not devices.egl_devices and "No such file" in devices.egl_error and "No such file" in devices.cuda_error
+
+
+def test_rasterizer_kind_names_gpu_and_cpu() -> None:
+    from envfleet.diagnostics.gl_probe import rasterizer_kind
+
+    assert rasterizer_kind("llvmpipe (LLVM 15.0.6, 256 bits)") == "CPU rasterizer"
+    assert rasterizer_kind("NVIDIA H200/PCIe/SSE2") == "GPU"

@@ -24,3 +24,13 @@ def test_doctor_fails_with_the_fix_when_no_vulkan_driver_loads(monkeypatch: pyte
     i = next(i for i, x in enumerate(lines) if "Vulkan does not start for maniskill" in x)
     assert lines[i].startswith("FAIL") and "VK_ICD_FILENAMES=/nonexistent/icd.json" in lines[i]
     assert "fix:" in lines[i + 1] and "scripts/bootstrap" in lines[i + 1]
+
+
+def test_doctor_looks_for_the_physx_gpu_library_in_an_empty_sapien_cache(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from envfleet_ray.doctor import physx_finding
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # SAPIEN's cache (~/.sapien/physx/<version>/) is an empty folder
+    finding = physx_finding(["maniskill"], gpu=True)  # as on a GPU host, which this machine is not
+    assert finding.status == "warn" and f"{tmp_path}/.sapien/physx/" in finding.what and "is absent" in finding.what
+    assert "unzip" in finding.fix and "physx-precompiled" in finding.fix
+    assert physx_finding(["maniskill"], gpu=False).status == "ok"

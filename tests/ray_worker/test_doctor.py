@@ -192,3 +192,34 @@ def test_gpu_findings_flag_ignored_cuda_entries_fake_gpus(monkeypatch) -> None:
     text = gpu_text(monkeypatch, [EglDevice(0, 0), EglDevice(1, 1)], "1,5")
     assert "FAIL  CUDA_VISIBLE_DEVICES='1,5': CUDA ignores 5" in text
     assert "fix: list existing GPU indices or UUIDs only (nvidia-smi -L)" in text
+
+
+def test_doctor_lists_devices_when_egl_cannot_start(only_good_plugins, monkeypatch) -> None:
+    monkeypatch.setenv("MUJOCO_EGL_DEVICE_ID", "99")
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+    code, text = doctor_out("libero")
+    assert code == 1 and line_of(text, "FAIL  egl does not start for libero:")
+    assert line_of(text, "ok    EGL devices: 0 (Mesa CPU rasterizer)")  # listed without a context
+    assert "libcuda.so.1" in line_of(text, "ok    NVIDIA GPUs: none found (no CUDA driver")
+
+
+def device_text(gpus: int, egl: list[EglDevice], monkeypatch) -> str:
+    from envfleet.shards.gpus import Devices
+    from envfleet_ray.doctor import device_findings
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("MUJOCO_EGL_DEVICE_ID", raising=False)
+    given = Devices(gpus=[Gpu(i, f"GPU-{i}{i}{i}{i}-fake", f"fake GPU {i}") for i in range(gpus)], egl_devices=egl)
+    return "\n".join(line for f in device_findings(given) for line in f.lines())
+
+
+def test_container_case_is_named_given_fake_gpus(monkeypatch) -> None:
+    text = device_text(8, [EglDevice(0, 0, "EGL_NV_device_cuda")], monkeypatch)
+    assert "warn  container case: 8 GPUs but only 1 EGL device(s) report a CUDA device (CUDA 0)" in text
+    assert "NVIDIA_DRIVER_CAPABILITIES" in text
+    assert "ok    EGL devices: 0 (NVIDIA, CUDA 0)" in text
+
+
+def test_no_container_case_when_every_gpu_has_its_egl_device_given_fake_gpus(monkeypatch) -> None:
+    text = device_text(2, [EglDevice(0, 1, "EGL_NV_device_cuda"), EglDevice(1, 0, "EGL_NV_device_cuda")], monkeypatch)
+    assert "container case" not in text and "FAIL" in text  # unset CUDA_VISIBLE_DEVICES: CUDA 0 renders on EGL 0 = CUDA 1

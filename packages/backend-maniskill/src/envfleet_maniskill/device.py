@@ -17,16 +17,28 @@ from __future__ import annotations
 import glob
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from envfleet.diagnostics.physx_library import find_physx_library
 from envfleet.diagnostics.vulkan_probe import lavapipe_icd
 from envfleet.errors import ConfigError
 
-__all__ = ["Placement", "SimBatch", "resolve", "cuda_gpu_present", "default_icd", "prepare_rendering", "make_batches"]
+__all__ = [
+    "Placement",
+    "SimBatch",
+    "resolve",
+    "cuda_gpu_present",
+    "cuda_sim_or_fallback",
+    "render_backend_arg",
+    "default_icd",
+    "prepare_rendering",
+    "make_batches",
+]
 
 _SIM = {"physx_cpu": "physx_cpu", "cpu": "physx_cpu", "physx_cuda": "physx_cuda", "gpu": "physx_cuda", "cuda": "physx_cuda"}
 _RENDER = {"cpu": "cpu", "gpu": "gpu", "sapien_cuda": "gpu", "cuda": "gpu"}
@@ -61,6 +73,8 @@ def resolve(section: Any) -> Placement:
         sim = "physx_cuda" if gpu else "physx_cpu"
     if sim not in _SIM:
         raise ConfigError(f"config key 'train.maniskill.sim_backend' must be auto, {', '.join(_SIM)}; got {section.sim_backend!r}")
+    if _SIM[sim] == "physx_cuda":
+        sim = cuda_sim_or_fallback(str(section.sim_backend))
     if render == "auto":
         render = "gpu" if gpu else "cpu"
     if render not in _RENDER:
@@ -69,6 +83,35 @@ def resolve(section: Any) -> Placement:
             "(ManiSkill 3.0.1 cannot parse a 'pci:...' device)"
         )
     return Placement(_SIM[sim], _RENDER[render])
+
+
+def cuda_sim_or_fallback(asked: str) -> str:
+    """``physx_cuda`` when SAPIEN's PhysX GPU library is in place; else, for ``auto``, ``physx_cpu``
+    with a warning naming the file, and for an explicit CUDA sim a :class:`ConfigError` naming the
+    path and how to place it. SAPIEN would download the file at first use, and hang on an offline
+    host: envfleet never lets it (:mod:`envfleet.diagnostics.physx_library`)."""
+    library = find_physx_library()
+    if library.present:
+        return "physx_cuda"
+    where = library.path or "~/.sapien/physx/<version>/libPhysXGpu_64.so"
+    why = f"SAPIEN's PhysX GPU library {where} is absent" + (f" ({library.error})" if library.error else "")
+    if asked == "auto":
+        warnings.warn(
+            f"train.maniskill.sim_backend=auto: {why}, so ManiSkill simulates on physx_cpu. To simulate on CUDA, {library.placement()}",
+            stacklevel=2,
+        )
+        return "physx_cpu"
+    raise ConfigError(
+        f"config key 'train.maniskill.sim_backend' is {asked!r}, but {why}; envfleet does not let SAPIEN download it at run time. "
+        f"To place it: {library.placement()}. Or set train.maniskill.sim_backend=physx_cpu"
+    )
+
+
+def render_backend_arg(placement: Placement) -> str:
+    """ManiSkill's ``render_backend`` argument: ``gpu`` on the GPU that ``train.render_device`` chose for this
+    shard (``ENVFLEET_RENDER_DEVICE``, e.g. ``cuda:1``, which ManiSkill 3.0.1 parses), else the placement's."""
+    chosen = os.environ.get("ENVFLEET_RENDER_DEVICE", "")
+    return chosen if placement.render_backend == "gpu" and chosen.startswith("cuda:") else placement.render_backend
 
 
 def default_icd() -> str:
@@ -134,10 +177,16 @@ class SimBatch:
             return obs
         import torch
 
-        # ManiSkill's partial reset: only env_idx restart, each from its own seed.
-        options = {"env_idx": torch.as_tensor(local, device=self.u.device)}
-        obs, _ = self.u.reset(seed=[int(s) for s in seeds], options=options)
-        return obs
+        # ManiSkill 3.0.1's reset(seed=list, env_idx) replaces its whole episode-seed array with the
+        # list (its entry k seeds env k's batched RNG, not env_idx[k]'s) and seeds torch with the
+        # list's first entry, from which the task draws one value per env of env_idx. So an env's
+        # first state would depend on which envs were reset with it, and in what order. Each env is
+        # reset alone, with its own seed in every entry: what it draws depends on its seed only.
+        out: dict[str, Any] = {}
+        for env, seed in zip(local, seeds):
+            options = {"env_idx": torch.as_tensor([int(env)], device=self.u.device)}
+            out, _ = self.u.reset(seed=[int(seed)] * int(self.u.num_envs), options=options)
+        return out
 
     def step(self, actions: np.ndarray, render: bool, obs_mode: str) -> tuple[dict[str, Any], np.ndarray, np.ndarray, np.ndarray]:
         """Step every env of the object: observation (images only if ``render``), reward, success, fail (numpy)."""

@@ -76,7 +76,7 @@ class ManiskillEnv(BatchedEnv):
         registered = REGISTERED_ENVS[self.task].max_episode_steps if self.task in REGISTERED_ENVS else None
         horizon = cfg.max_episode_steps or registered or DEFAULT_MAX_EPISODE_STEPS
         h, w = self._spec["full_image"].shape[:2]
-        kwargs = make_kwargs(section, self.placement.sim_backend, self.placement.render_backend, h, w)
+        kwargs = make_kwargs(section, self.placement.sim_backend, device.render_backend_arg(self.placement), h, w)
         kwargs["max_episode_steps"] = None  # envfleet counts the horizon (EpisodeTracker); ManiSkill's wrapper would truncate too
         self.batches = device.make_batches(self.placement, lambda n: gym.make(self.task, num_envs=n, **kwargs), ctx.num_envs)
         self._check_built()

@@ -27,6 +27,7 @@ from .named_protocols import protocol_layers
 from .options import OPTIONAL_KEYS, ActionTransform, RenderMode
 from .plugins import BackendSpec, get_backend, list_backends
 from .plugins.api import check_optional_keys
+from .render_device import check_render_device
 from .schema import check_missing, merge_into, reject_unknown_keys
 
 __all__ = [
@@ -98,6 +99,9 @@ class EnvConfig:
     ignore_terminations: bool = False  # keep stepping after success (termination still reported)
     render: RenderMode = RenderMode.last  # last: render only the last sub-step of a chunk; all: every sub-step
     device: str = "cpu"  # simulation device, for backends that have one (Isaac)
+    # Where each shard renders: auto (its worker's GPU, spread over the node's GPUs when it has none), cpu,
+    # a CUDA ordinal (3, cuda:3), an EGL device index (egl:3), or a list of them (see envfleet.render_device).
+    render_device: Any = "auto"
     flip_images: bool = False  # rotate images 180 degrees, as VLA pipelines feed LIBERO (LIBERO's default: true)
     action_transform: ActionTransform = ActionTransform.none  # none, or openvla (gripper [0,1] -> [-1,1], sign, flip)
     settle_steps: int = 0  # no-op steps after a reset, before the first observation (LIBERO's default: 10)
@@ -180,6 +184,7 @@ def _check_values(section: DictConfig, prefix: str) -> None:
         raise ConfigError(f"config key '{prefix}reset_timeout_s' must be > 0 or null, got {section.reset_timeout_s!r}")
     if section.max_episode_steps is not None and section.max_episode_steps <= 0:
         raise ConfigError(f"config key '{prefix}max_episode_steps' must be > 0 or null, got {section.max_episode_steps!r}")
+    check_render_device(section.render_device, f"{prefix}render_device")
     ip = section.init_params
     if ip.camera_heights <= 0 or ip.camera_widths <= 0:
         raise ConfigError(

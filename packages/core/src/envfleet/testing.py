@@ -19,6 +19,8 @@ The suite runs your backend the way envfleet does (through
 - truncation at ``max_episode_steps``, and finished envs keep their flag;
 - ``get_state``/``load_state`` round trip through offload, where supported;
 - bad inputs are rejected with :class:`~envfleet.errors.InvalidInputError` and the env still works;
+- a backend that renders through MuJoCo's GL or SAPIEN declares it in ``BackendSpec.renderer``
+  (a warning for a plugin of API 1.0);
 - images are rendered scenes (no env's image is one flat colour); an env whose own
   ``observation_spec()`` is not the one its backend registered fails to start (every test);
 - every optional key the backend declares in ``BackendSpec.implements``, against a second
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -325,6 +328,25 @@ class EnvConformance:
                 for i in range(manager.num_envs):
                     image = obs[key][i]
                     assert image.min() != image.max(), f"{when}: env {i}'s {key!r} is one flat colour ({int(image.min())})"
+
+    def test_declares_its_renderer(self, manager: ProcessEnvManager) -> None:
+        """A shard that loaded MuJoCo's GL renderer or SAPIEN runs a backend declaring ``renderer`` (``mujoco`` / ``vulkan``)."""
+        manager.reset_envs_to_state_ids(*self._ids(manager))
+        info = manager.renderer_info()
+        stack = info.get("render_stack")
+        expected = {"mujoco": "mujoco", "sapien": "vulkan"}.get(str(stack))
+        spec = manager.spec
+        if expected is None or spec.renderer == expected:
+            return
+        seen = f" on {info.get('gl_renderer')}" if info.get("gl_renderer") else ""
+        message = (
+            f"backend {spec.name!r} renders through {stack}{seen} but its BackendSpec has renderer={spec.renderer!r}: "
+            f"register it with renderer={expected!r}, so that `envfleet doctor` checks its rendering (docs: Writing a simulator plugin)"
+        )
+        if spec.api_version is None:  # written for plugin API 1.0: told, not failed
+            warnings.warn(message, stacklevel=1)
+        else:
+            pytest.fail(message)
 
     def test_render_last_equals_render_all(self, manager: ProcessEnvManager, conformance_cfg: Any) -> None:
         """``render: last`` gives, bit for bit, the images ``render: all`` gives, with the scene moving."""

@@ -9,7 +9,7 @@ on GPU 0. NVIDIA's EGL reports the CUDA ordinal of each EGL device
 out, from plain data, which EGL device a process uses and which one it should use.
 
 Everything here takes lists in and returns values: the device lists come from
-:mod:`envfleet.diagnostics.gl_probe` on a real machine and from fakes in tests.
+:mod:`envfleet.shards.gpus` on a real machine and are given by tests.
 
 >>> gpus = [Gpu(0, "GPU-aaaa"), Gpu(1, "GPU-bbbb")]
 >>> egl = [EglDevice(0, cuda=1), EglDevice(1, cuda=0)]
@@ -23,65 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..render_device import VisibleDevices, visible_cuda_devices
+from ..shards.gpus import EglDevice, Gpu
+
 __all__ = ["Gpu", "EglDevice", "VisibleDevices", "RenderPlan", "visible_cuda_devices", "chosen_egl_device", "plan_rendering"]
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """A CUDA device as CUDA numbers it when ``CUDA_VISIBLE_DEVICES`` is unset."""
-
-    index: int  # CUDA ordinal, in the order CUDA_DEVICE_ORDER gives
-    uuid: str  # "GPU-8d2c1b6e-...", as nvidia-smi and CUDA_VISIBLE_DEVICES spell it
-    name: str = ""
-
-
-@dataclass(frozen=True)
-class EglDevice:
-    """An EGL device (``eglQueryDevicesEXT`` order) and the CUDA ordinal it reports, if any."""
-
-    index: int
-    cuda: int | None = None  # EGL_CUDA_DEVICE_NV; None for a device without EGL_NV_device_cuda (Mesa, llvmpipe)
-    name: str = ""  # its EGL extensions or driver, for messages
-
-
-@dataclass(frozen=True)
-class VisibleDevices:
-    """``CUDA_VISIBLE_DEVICES`` resolved: the CUDA ordinals a process sees, in its own order."""
-
-    devices: list[int]  # devices[k] is the all-GPU ordinal of the process's CUDA device k
-    ignored: list[str]  # entries CUDA ignores: the first invalid one and all after it
-
-
-def _match(entry: str, gpus: Sequence[Gpu]) -> int | None:
-    if entry.isdigit():
-        index = int(entry)
-        return index if any(g.index == index for g in gpus) else None
-    if not entry.startswith(("GPU-", "MIG-")):
-        return None
-    found = [g.index for g in gpus if g.uuid.lower().startswith(entry.lower())]
-    return found[0] if len(found) == 1 else None  # a prefix must name one GPU
-
-
-def visible_cuda_devices(cuda_visible_devices: str | None, gpus: Sequence[Gpu]) -> VisibleDevices:
-    """The GPUs a process sees under ``cuda_visible_devices``, as CUDA reads the variable.
-
-    Unset: every GPU. Entries are ordinals or (prefixes of) GPU UUIDs; CUDA stops at the
-    first entry that names no GPU (or names one twice) and ignores the rest.
-
-    >>> gpus = [Gpu(0, "GPU-aa"), Gpu(1, "GPU-bb"), Gpu(2, "GPU-cc")]
-    >>> visible_cuda_devices("2,GPU-a,7,1", gpus)
-    VisibleDevices(devices=[2, 0], ignored=['7', '1'])
-    """
-    if cuda_visible_devices is None:
-        return VisibleDevices(sorted(g.index for g in gpus), [])
-    entries = [e.strip() for e in cuda_visible_devices.split(",")] if cuda_visible_devices.strip() else []
-    devices: list[int] = []
-    for k, entry in enumerate(entries):
-        index = _match(entry, gpus)
-        if index is None or index in devices:
-            return VisibleDevices(devices, entries[k:])
-        devices.append(index)
-    return VisibleDevices(devices, [])
 
 
 def chosen_egl_device(cuda_visible_devices: str | None, mujoco_egl_device_id: str | None) -> int:

@@ -6,7 +6,9 @@ first imported, and a broken driver can crash the process that loads it. So each
 creates MuJoCo's offscreen context, and reports ``GL_VENDOR``, ``GL_RENDERER`` and
 ``GL_VERSION``. The EGL probe also lists the EGL devices with the CUDA ordinal NVIDIA's
 driver reports for each (``EGL_CUDA_DEVICE_NV``), and the CUDA devices the driver sees,
-both with ``CUDA_VISIBLE_DEVICES`` removed so that the numbers are the machine's.
+both with ``CUDA_VISIBLE_DEVICES`` removed so that the numbers are the machine's, in a
+separate child that needs no context (:func:`envfleet.shards.gpus.list_devices`): a context
+that does not start still leaves the device lists.
 
 >>> probe = probe_gl("osmesa")  # doctest: +SKIP
 >>> probe.ok, probe.renderer  # doctest: +SKIP
@@ -22,9 +24,10 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .egl_cuda import EglDevice, Gpu
+from ..shards.gpus import Devices, EglDevice, Gpu, list_devices
+from ..shards.rendering import is_software_renderer, rasterizer_kind
 
-__all__ = ["PLATFORMS", "GLProbe", "probe_gl", "is_software_renderer", "gl_env_problem"]
+__all__ = ["PLATFORMS", "GLProbe", "probe_gl", "is_software_renderer", "rasterizer_kind", "gl_env_problem"]
 
 #: The headless platforms MuJoCo renders with on Linux.
 PLATFORMS = ("egl", "osmesa")
@@ -32,7 +35,7 @@ PLATFORMS = ("egl", "osmesa")
 _PROBE = r"""
 import json, os, sys
 platform = sys.argv[1]
-out = {"egl_devices": [], "gpus": []}
+out = {}
 if platform == "egl":
     from mujoco.egl import GLContext
 else:
@@ -44,35 +47,6 @@ for key in ("vendor", "renderer", "version"):
     value = GL.glGetString(getattr(GL, "GL_" + key.upper()))
     out[key] = value.decode(errors="replace") if value else ""
 ctx.free()
-if platform == "egl":
-    import ctypes
-    from OpenGL import EGL
-    from OpenGL.EGL.EXT.device_query import eglQueryDeviceAttribEXT, eglQueryDeviceStringEXT
-    from mujoco.egl import egl_ext
-    EGL_CUDA_DEVICE_NV = 0x323A
-    for index, device in enumerate(egl_ext.eglQueryDevicesEXT()):
-        ext = eglQueryDeviceStringEXT(device, EGL.EGL_EXTENSIONS)
-        ext = ext.decode(errors="replace") if ext else ""
-        cuda = None
-        if "EGL_NV_device_cuda" in ext:
-            value = EGL.EGLAttrib(-1)
-            if eglQueryDeviceAttribEXT(device, EGL_CUDA_DEVICE_NV, ctypes.pointer(value)):
-                cuda = int(value.value)
-        out["egl_devices"].append({"index": index, "cuda": cuda, "name": ext})
-    try:
-        cu = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        cu = None
-    count = ctypes.c_int(0)
-    if cu is not None and cu.cuInit(0) == 0 and cu.cuDeviceGetCount(ctypes.byref(count)) == 0:
-        for index in range(count.value):
-            dev, raw, name = ctypes.c_int(0), (ctypes.c_ubyte * 16)(), ctypes.create_string_buffer(256)
-            if cu.cuDeviceGet(ctypes.byref(dev), index) or cu.cuDeviceGetUuid(raw, dev):
-                continue
-            cu.cuDeviceGetName(name, 256, dev)
-            h = bytes(raw).hex()
-            uuid = "GPU-" + "-".join((h[:8], h[8:12], h[12:16], h[16:20], h[20:]))
-            out["gpus"].append({"index": index, "uuid": uuid, "name": name.value.decode(errors="replace")})
 print("ENVFLEET_GL_PROBE " + json.dumps(out))
 """
 
@@ -89,34 +63,47 @@ class GLProbe:
     error: str = ""  # the last line the child wrote, when it failed
     egl_devices: list[EglDevice] = field(default_factory=list)
     gpus: list[Gpu] = field(default_factory=list)
+    devices: Devices | None = None  # the EGL probe's device listing, with why a list may be empty
 
     @property
     def software(self) -> bool:
         """Whether the renderer runs on the CPU (llvmpipe, softpipe, swrast)."""
         return is_software_renderer(self.renderer)
 
-
-def is_software_renderer(renderer: str) -> bool:
-    """Whether a ``GL_RENDERER`` string names a CPU rasterizer.
-
-    >>> is_software_renderer("llvmpipe (LLVM 15.0.6, 256 bits)"), is_software_renderer("NVIDIA A100-SXM4-40GB/PCIe/SSE2")
-    (True, False)
-    """
-    lowered = renderer.lower()
-    return any(word in lowered for word in ("llvmpipe", "softpipe", "swrast", "software rasterizer"))
+    @property
+    def rasterizer(self) -> str:
+        """``"GPU"`` or ``"CPU rasterizer"``, as the doctor and a fingerprint name it."""
+        return rasterizer_kind(self.renderer)
 
 
-def probe_gl(platform: str, timeout_s: float = 60.0, python: str | None = None, environ: Mapping[str, str] | None = None) -> GLProbe:
+def probe_gl(
+    platform: str,
+    timeout_s: float = 60.0,
+    python: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    force_nv_query: bool = False,
+) -> GLProbe:
     """Start MuJoCo's ``platform`` (``"egl"`` or ``"osmesa"``) context in a child process and report it.
+
+    For ``"egl"``, the EGL and CUDA device lists come from a second child that needs no context
+    (:func:`~envfleet.shards.gpus.list_devices`), so they are there whether the context started or not.
 
     :param python: the interpreter to probe with (default this one; a simulator's venv may differ).
     :param environ: the environment the child starts from (default ``os.environ``).
+    :param force_nv_query: ask every EGL device for its CUDA ordinal, as on NVIDIA (see ``list_devices``).
     """
     if platform not in PLATFORMS:
         raise ValueError(f"platform must be one of {', '.join(PLATFORMS)}, got {platform!r}")
     env = dict(os.environ if environ is None else environ)
     env.pop("CUDA_VISIBLE_DEVICES", None)  # device numbers as the machine has them
     env.update(MUJOCO_GL=platform, PYOPENGL_PLATFORM=platform)
+    devices = list_devices(python, env, timeout_s, force_nv_query) if platform == "egl" else None
+
+    def done(ok: bool, error: str = "", vendor: str = "", renderer: str = "", version: str = "") -> GLProbe:
+        if devices is None:
+            return GLProbe(platform, ok, vendor, renderer, version, error)
+        return GLProbe(platform, ok, vendor, renderer, version, error, devices.egl_devices, devices.gpus, devices)
+
     try:
         proc = subprocess.run(
             [python or sys.executable, "-c", _PROBE, platform],
@@ -127,23 +114,15 @@ def probe_gl(platform: str, timeout_s: float = 60.0, python: str | None = None, 
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return GLProbe(platform, False, error=f"no context after {timeout_s:.0f} s")
+        return done(False, f"no context after {timeout_s:.0f} s")
     except OSError as exc:
-        return GLProbe(platform, False, error=str(exc))
+        return done(False, str(exc))
     line = next((x for x in proc.stdout.splitlines() if x.startswith("ENVFLEET_GL_PROBE ")), None)
     if proc.returncode != 0 or line is None:
         tail = [x for x in (proc.stderr or "").strip().splitlines() if x.strip()][-1:] or [f"exit code {proc.returncode}"]
-        return GLProbe(platform, False, error=tail[0].strip())
+        return done(False, tail[0].strip())
     data = json.loads(line.split(" ", 1)[1])
-    return GLProbe(
-        platform,
-        True,
-        vendor=data["vendor"],
-        renderer=data["renderer"],
-        version=data["version"],
-        egl_devices=[EglDevice(d["index"], d["cuda"], d["name"]) for d in data["egl_devices"]],
-        gpus=[Gpu(g["index"], g["uuid"], g["name"]) for g in data["gpus"]],
-    )
+    return done(True, vendor=data["vendor"], renderer=data["renderer"], version=data["version"])
 
 
 def gl_env_problem(environ: Mapping[str, str]) -> str | None:

@@ -16,6 +16,8 @@ module              job
 ``shm``             the shared memory observations are written to
 ``janitor``         a detached process that unlinks shared memory left by a killed parent
 ``interpreter``     which Python a shard runs under (``train.simulator_python``), and probing it
+``gpus``            the machine's CUDA GPUs and EGL devices, listed without a GL context
+``rendering``       what renders a shard's images (GPU or CPU rasterizer), for the fingerprint
 ==================  ==========================================================================
 
 Nothing is imported here, so that a shard process or the janitor starts without the rest.

@@ -27,6 +27,7 @@ from ..env import EnvContext
 from ..errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
 from ..plugins import BackendSpec
 from ..validation import StateTable
+from .gpus import Devices, shard_render_environ, stage_devices
 from .handle import Deadline, Packed, ShardHandle
 from .interpreter import shard_command
 from .messages import Argument, Command, ErrorKind, InitRequest, Outcome, RemoteError, Reply, ResetRequest
@@ -84,6 +85,8 @@ class ShardCalls:
         self.max_restarts = int(env_cfg.max_restarts)
         self.restart_window_s = float(env_cfg.restart_window_s)
         self.supports_state = False  # from the shards' init replies
+        self._render_devices: Devices | None = None  # listed at the first launch (train.render_device)
+        self._render_listed = False
         self.states: StateTable | None = None
 
     # ------------------------------------------------------------------ starting
@@ -93,9 +96,22 @@ class ShardCalls:
             shard.block = ShmBlock(shard.layout, tag=f"s{self.context.stage_id}_{shard.index}_")
         # train.simulator_python: the worker's own Python, or a venv of the simulator's (checked once).
         python, env = shard_command(self.env_cfg, self.spec)
+        env.update(self.render_environ(shard, env, python))
         ctx = dataclasses.replace(self.context, num_envs=shard.num_envs, shard_id=shard.index, env_offset=shard.env_slice.start)
         request = InitRequest(self.spec.env_factory, self.cfg_container, ctx.__dict__, shard.block.name, shard.layout.to_wire())
         shard.launch(python, env, request)
+
+    def render_environ(self, shard: ShardHandle, env: dict[str, str], python: str) -> dict[str, str]:
+        """What ``train.render_device`` sets in ``shard``'s environment (:mod:`envfleet.render_device`);
+        the devices are listed once per stage, and only where there is something to pick."""
+        setting = self.env_cfg.get("render_device", "auto")
+        if not self._render_listed:
+            self._render_devices, self._render_listed = stage_devices(setting, env, python), True
+        slot = shard.index + self.context.rank + self.context.stage_id
+        out, pick = shard_render_environ(setting, self.spec.renderer, slot, env, self._render_devices)
+        if pick is not None:
+            log.info("stage %d shard %d renders on EGL device %s (%s)", self.context.stage_id, shard.index, pick.egl, pick.why)
+        return out
 
     def await_init(self, shards: list[ShardHandle]) -> None:
         """Await the init replies of ``shards``; the first failure raises."""
@@ -198,6 +214,7 @@ class ShardCalls:
         restarted: set[int] = set()
         first_error: Exception | None = None
         sim_s = 0.0
+        failed: list[tuple[ShardHandle, str]] = []
         for shard, (status, payload) in zip(shards, outcomes):
             if status is Outcome.OK:
                 replies.append(shard.unpack(payload))
@@ -207,7 +224,12 @@ class ShardCalls:
                 first_error = first_error or self._remote_error(shard, "stepping" if cmd is Command.STEP else "resetting", payload)
                 replies.append(shard.no_reply())
                 continue
-            replies.append(self._restart(shard, f"{payload} during {cmd.value}"))
+            replies.append(shard.no_reply())  # replaced by its fresh reset's reply below
+            failed.append((shard, f"{payload} during {cmd.value}"))
+        # Every shard that died or hung is rebuilt at once: a stage whose shards all hung recovers in
+        # one build time, not one per shard.
+        for shard, reply in self._restart_all(failed).items():
+            replies[shards.index(shard)] = reply
             restarted.add(shard.index)
             _copy_obs(shard, out)
         if first_error is not None:
@@ -215,14 +237,17 @@ class ShardCalls:
         return replies, restarted, sim_s
 
     # ------------------------------------------------------------------ restarts
-    def _restart(self, shard: ShardHandle, how: str) -> Packed:
-        """Kill, rebuild and re-reset a shard, as often as its budget allows; return its fresh reset's reply."""
-        while True:
-            self._retire(shard, how)  # raises RestartLimitError once the budget is spent
-            attempt = self._rebuild(shard)
-            if isinstance(attempt, Packed):
-                return attempt
-            how = attempt
+    def _restart_all(self, failed: list[tuple[ShardHandle, str]]) -> dict[ShardHandle, Packed]:
+        """Kill, rebuild and re-reset the ``failed`` shards (each with how it failed), all at once, as often as
+        each one's budget allows; return each one's fresh reset's reply."""
+        done: dict[ShardHandle, Packed] = {}
+        while failed:
+            for shard, how in failed:
+                self._retire(shard, how)  # raises RestartLimitError once a budget is spent
+            attempts = self._rebuild_all([shard for shard, _ in failed])
+            done.update({shard: got for shard, got in attempts.items() if isinstance(got, Packed)})
+            failed = [(shard, got) for shard, got in attempts.items() if isinstance(got, str)]
+        return done
 
     def _retire(self, shard: ShardHandle, how: str) -> None:
         """Kill a failed shard, count and log its restart; raise when it failed too often."""
@@ -252,30 +277,43 @@ class ShardCalls:
                 f"({exit_desc}). Last lines of the simulator's output:\n{tail}"
             )
 
-    def _rebuild(self, shard: ShardHandle) -> Packed | str:
-        """Start a shard again and replay its last reset: its reply, or how this attempt failed.
+    def _rebuild_all(self, shards: list[ShardHandle]) -> dict[ShardHandle, Packed | str]:
+        """Start ``shards`` again, together, and replay each one's last reset: each one's reply, or how its attempt failed.
 
         A backend that raises while rebuilding raises here: another attempt would raise the same.
         """
-        try:
-            self.launch(shard)
-            status, payload = self.collect([shard], self.start_timeout_s)[0]
+        result: dict[ShardHandle, Packed | str] = {}
+        launched = []
+        for shard in shards:
+            try:
+                self.launch(shard)
+                launched.append(shard)
+            except OSError as exc:
+                result[shard] = f"could not be restarted: {exc}"
+        started = []
+        for shard, (status, payload) in zip(launched, self.collect(launched, self.start_timeout_s)):
             if status is Outcome.ERR:
                 raise self._remote_error(shard, "rebuilding the env after a crash", payload)
             if status is not Outcome.OK:
-                return f"{payload} while restarting"
+                result[shard] = f"{payload} while restarting"
+                continue
             self._on_init(payload)
             if shard.last_reset is None:
-                return shard.no_reply()  # never reset: nothing to replay
-            shard.send(Command.RESET, replay_reset(shard))
-            status, payload = self.collect([shard], self.reset_timeout_s)[0]
+                result[shard] = shard.no_reply()  # never reset: nothing to replay
+            else:
+                started.append(shard)
+        replaying = []
+        for shard in started:
+            try:
+                shard.send(Command.RESET, replay_reset(shard))
+                replaying.append(shard)
+            except OSError as exc:
+                result[shard] = f"could not be restarted: {exc}"
+        for shard, (status, payload) in zip(replaying, self.collect(replaying, self.reset_timeout_s)):
             if status is Outcome.ERR:
                 raise self._remote_error(shard, "resetting after a restart", payload)
-            if status is not Outcome.OK:
-                return f"{payload} during the reset after a restart"
-            return shard.unpack(payload)
-        except OSError as exc:
-            return f"could not be restarted: {exc}"
+            result[shard] = shard.unpack(payload) if status is Outcome.OK else f"{payload} during the reset after a restart"
+        return result
 
 
 def _copy_obs(shard: ShardHandle, out: dict[str, tuple[memoryview, int]]) -> None:

@@ -210,9 +210,9 @@ class _Server:
         return list(self.env.flush_video(msg.subdir))
 
     def renderer_info(self, msg: None) -> dict[str, str]:
-        info = {k.lower(): os.environ[k] for k in ("MUJOCO_GL", "PYOPENGL_PLATFORM") if os.environ.get(k)}
-        info.update({str(k): str(v) for k, v in self.env.renderer_info().items()})
-        return info
+        from .rendering import current_gl_strings, loaded_render_stack, record
+
+        return record(os.environ, self.env.renderer_info(), current_gl_strings(), loaded_render_stack())
 
     def close(self, msg: None) -> None:
         if self.env is not None:

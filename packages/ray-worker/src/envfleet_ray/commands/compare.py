@@ -29,7 +29,19 @@ from typing import Any
 
 from envfleet.errors import InvalidInputError
 
-__all__ = ["SAMPLED_FIELDS", "METRICS", "load_summary", "flatten", "differences", "wilson", "newcombe", "compare", "add_parser", "run"]
+__all__ = [
+    "SAMPLED_FIELDS",
+    "METRICS",
+    "load_summary",
+    "flatten",
+    "differences",
+    "wilson",
+    "newcombe",
+    "rendered_by",
+    "compare",
+    "add_parser",
+    "run",
+]
 
 #: Fingerprint fields that say which samples were drawn, not how they were measured.
 SAMPLED_FIELDS: tuple[str, ...] = ("hash", "seed", "state_ids")
@@ -125,6 +137,18 @@ def _cell(k: int | None, n: int | None) -> str:
     return f"{k:>4}/{n:<4} {rate:>5.2f} [{lo:.2f}, {hi:.2f}]"
 
 
+def rendered_by(fingerprint: Mapping[str, Any]) -> str:
+    """What rendered a run's images, from its fingerprint: ``GPU (NVIDIA Corporation, NVIDIA H200/PCIe/SSE2)``.
+
+    >>> rendered_by({"renderer": {"rasterizer": "CPU rasterizer", "gl_vendor": "Mesa", "gl_renderer": "llvmpipe"}})
+    'CPU rasterizer (Mesa, llvmpipe)'
+    """
+    renderer = fingerprint.get("renderer") or {}
+    which = ", ".join(str(renderer[k]) for k in ("gl_vendor", "gl_renderer") if renderer.get(k))
+    kind = renderer.get("rasterizer") or renderer.get("platform") or renderer.get("mujoco_gl") or "renderer not recorded"
+    return f"{kind} ({which})" if which else str(kind)
+
+
 def compare(a: dict[str, Any], b: dict[str, Any], allow: Sequence[str] = (), metric: str | None = None) -> tuple[int, list[str]]:
     """Compare summaries ``a`` and ``b``: ``(exit code, lines to print)``; 1 with the differing fields when refused."""
     diff = differences(a["fingerprint"], b["fingerprint"])
@@ -139,6 +163,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], allow: Sequence[str] = (), met
     refused = {f: v for f, v in diff.items() if not allowed(f)}
     if refused:
         lines = [f"refused: the two runs were measured differently in {len(refused)} field(s) of their protocol fingerprint:"]
+        if any(f == "renderer" or f.startswith("renderer.") for f in refused):
+            lines.append(f"  rendered differently: A {rendered_by(a['fingerprint'])} | B {rendered_by(b['fingerprint'])}")
         lines += [f"  differs: {field}: A {_fmt(va)} | B {_fmt(vb)}" for field, (va, vb) in refused.items()]
         lines.append("(--allow FIELD compares anyway and shows the field in the header)")
         return 1, lines

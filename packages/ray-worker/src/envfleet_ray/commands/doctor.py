@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Finding", "add_parser", "run", "doctor"]
+__all__ = ["Finding", "add_parser", "run", "doctor", "device_findings", "gpu_findings", "physx_finding"]
 
 _IMPORT_TIMEOUT_S = 300.0
 _GB = 1e9
@@ -121,6 +121,7 @@ def doctor(names: Sequence[str] = (), measure: bool = False, out: Any = None) ->
     vulkan = [spec.name for spec in backends if spec.renderer == "vulkan"]
     if vulkan:
         emit(_vulkan_finding(vulkan))
+        emit(physx_finding(vulkan))
     for spec in backends:
         if spec.renderer not in (None, "mujoco", "vulkan"):
             emit(Finding("warn", f"backend {spec.name} renders through {spec.renderer!r}, which the doctor cannot probe"))
@@ -241,12 +242,31 @@ def _rendering_findings(names: list[str]) -> list[Finding]:
         fatal = name == mujoco_gl or not working
         findings.append(Finding("FAIL" if fatal else "warn", f"{name} does not start for {who}: {probe.error}", _GL_FIX[name]))
     egl = probes["egl"]
-    gpus = egl.gpus
+    findings.extend(device_findings(egl.devices, egl))
+    return findings
+
+
+def device_findings(devices: Any, egl: Any = None) -> list[Finding]:
+    """The machine's EGL devices and GPUs (listed without a GL context, so also when EGL did not start),
+    the container case, and the EGL/CUDA mapping (:func:`gpu_findings`)."""
+    if devices is None:
+        return []
+    findings = []
+    if devices.egl_error:
+        findings.append(Finding("warn", f"EGL devices: not listed: {devices.egl_error}", _GL_FIX["egl"]))
+    else:
+        listed = ", ".join(
+            f"{d.index} ({'Mesa CPU rasterizer' if d.software else 'NVIDIA, CUDA ' + str(d.cuda) if d.cuda is not None else 'not a CUDA device'})"
+            for d in devices.egl_devices
+        )
+        findings.append(Finding("ok", f"EGL devices: {listed or 'none'}"))
+    gpus = devices.gpus
     if not gpus:
-        note = "EGL/CUDA mapping not needed" if egl.ok else "no EGL, so no EGL/CUDA mapping to check"
-        findings.append(Finding("ok", f"NVIDIA GPUs: none found (no CUDA driver): {note}"))
+        why = devices.cuda_error or "the CUDA driver lists none"
+        note = "EGL/CUDA mapping not needed" if not devices.nvidia_egl else "yet EGL lists NVIDIA devices"
+        findings.append(Finding("ok" if not devices.nvidia_egl else "warn", f"NVIDIA GPUs: none found ({why}): {note}"))
         return findings
-    if egl.ok and egl.software:
+    if egl is not None and egl.ok and egl.software:
         findings.append(
             Finding(
                 "warn",
@@ -254,7 +274,19 @@ def _rendering_findings(names: list[str]) -> list[Finding]:
                 "install the NVIDIA driver's EGL library (libnvidia-gl, and libglvnd's libEGL_nvidia.so.0)",
             )
         )
-    findings.extend(gpu_findings(egl.egl_devices, gpus))
+    nvidia = devices.nvidia_egl
+    if 0 < len(nvidia) < len(gpus):
+        on = ", ".join(str(d.cuda) for d in nvidia)
+        findings.append(
+            Finding(
+                "warn",
+                f"container case: {len(gpus)} GPUs but only {len(nvidia)} EGL device(s) report a CUDA device (CUDA {on}): "
+                f"processes on the other GPUs render on CUDA {on}",
+                "give the container every GPU for graphics (NVIDIA_DRIVER_CAPABILITIES=all, or graphics,compute,utility) "
+                "so that each GPU has its EGL device",
+            )
+        )
+    findings.extend(gpu_findings(devices.egl_devices, gpus))
     return findings
 
 
@@ -270,6 +302,23 @@ def _vulkan_finding(names: list[str]) -> Finding:
     first = probe.devices[0]
     kind = "software renderer on the CPU" if first.software else first.kind
     return Finding("ok", f"Vulkan for {who}: renders on {first.name} ({kind}, Vulkan {first.api}; {icd})")
+
+
+def physx_finding(names: list[str], gpu: bool | None = None) -> Finding:
+    """Whether SAPIEN's PhysX GPU library is in place (:mod:`envfleet.diagnostics.physx_library`): without it
+    ``physx_cuda`` would download it at first use, which envfleet refuses."""
+    from envfleet.diagnostics.physx_library import find_physx_library
+    from envfleet.shards.gpus import nvidia_driver_present
+
+    who = ", ".join(names)
+    library = find_physx_library()
+    if not library.version:
+        return Finding("warn", f"SAPIEN's PhysX GPU library for {who}: not looked for: {library.error}", library.placement())
+    if library.present:
+        return Finding("ok", f"SAPIEN's PhysX GPU library for {who}: {library.path} (physx_cuda starts without a download)")
+    gpu = nvidia_driver_present() if gpu is None else gpu
+    what = f"SAPIEN's PhysX GPU library for {who}: {library.path} is absent: sim_backend auto simulates on physx_cpu, physx_cuda is refused"
+    return Finding("warn" if gpu else "ok", what + ("" if gpu else " (no NVIDIA GPU here)"), library.placement())
 
 
 def gpu_findings(egl_devices: Sequence[Any], gpus: Sequence[Any]) -> list[Finding]:

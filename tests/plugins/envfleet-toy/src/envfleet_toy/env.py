@@ -43,6 +43,8 @@ class ToyEnv(BatchedEnv):
         tc = cfg.toy
         if tc.raise_in_constructor:
             raise RuntimeError("toy: train.toy.raise_in_constructor is set, so building the env fails (test hook)")
+        if float(tc.build_sleep_s) > 0:
+            time.sleep(float(tc.build_sleep_s))
         self.num_envs = ctx.num_envs
         self.action_dim = 7
         self.ctx = ctx

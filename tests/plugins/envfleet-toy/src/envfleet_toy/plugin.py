@@ -34,6 +34,7 @@ class ToyConfig:
     envs_per_process: int = 1  # envs that share one shard process
     raise_on_step: int = -1  # test hook: raise inside the N-th chunk_step (0-based); -1 never
     raise_in_constructor: bool = False  # test hook: raise while building the env
+    build_sleep_s: float = 0.0  # test hook: sleep while building, as a simulator whose start waits on a device (no CPU used)
     exit_on_step: int = -1  # test hook: the process exits (code 7, as a crashing simulator) inside the N-th chunk_step; -1 never
     # Test hook: plant a bug the conformance suite must catch: "black_images", "own_spec_differs"
     # (Env.observation_spec() disagrees with the registered one) or "render_last_differs".
