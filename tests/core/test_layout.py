@@ -9,6 +9,7 @@ import envfleet
 
 CORE = Path(envfleet.__file__).parent
 
+
 def _module_name(path: Path) -> str:
     parts = ["envfleet", *path.relative_to(CORE).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
