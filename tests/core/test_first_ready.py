@@ -25,7 +25,7 @@ def _actions(rounds: int, num_envs: int) -> np.ndarray:
     return np.random.default_rng(7).uniform(-1, 1, (rounds, num_envs, CHUNK, 7)).astype(np.float32)
 
 
-def _row(result: object, j: int) -> dict[str, object]:
+def result_row(result: object, j: int) -> dict[str, object]:
     out = {f"obs.{k}": v[j].copy() for k, v in result.obs.items()}  # type: ignore[attr-defined]
     out.update({f"info.{k}": np.asarray(v[j]).copy() for k, v in result.infos.items()})  # type: ignore[attr-defined]
     out.update(rewards=result.rewards[j].copy(), terminations=result.terminations[j].copy(), truncations=result.truncations[j].copy())  # type: ignore[attr-defined]
@@ -33,18 +33,20 @@ def _row(result: object, j: int) -> dict[str, object]:
     return out
 
 
-def _lockstep(cfg: object, num_envs: int, acts: np.ndarray) -> list[list[dict[str, object]]]:
+def lockstep_episodes(cfg: object, num_envs: int, acts: np.ndarray) -> list[list[dict[str, object]]]:
     with ProcessEnvManager(cfg) as mgr:
         mgr.reset_envs_to_state_ids(np.arange(num_envs))
         per_env: list[list[dict[str, object]]] = [[] for _ in range(num_envs)]
         for k in range(len(acts)):
             out = mgr.chunk_step(acts[k])
             for e in range(num_envs):
-                per_env[e].append(_row(out, e))
+                per_env[e].append(result_row(out, e))
     return per_env
 
 
-def _first_ready(cfg: object, num_envs: int, acts: np.ndarray, min_ready: int) -> tuple[list[list[dict[str, object]]], list[list[int]]]:
+def first_ready_episodes(
+    cfg: object, num_envs: int, acts: np.ndarray, min_ready: int
+) -> tuple[list[list[dict[str, object]]], list[list[int]]]:
     rounds = len(acts)
     with ProcessEnvManager(cfg) as mgr:
         mgr.reset_envs_to_state_ids(np.arange(num_envs))
@@ -57,7 +59,7 @@ def _first_ready(cfg: object, num_envs: int, acts: np.ndarray, min_ready: int) -
             batches.append(out.env_ids.tolist())
             again = []
             for j, e in enumerate(out.env_ids.tolist()):
-                per_env[e].append(_row(out, j))
+                per_env[e].append(result_row(out, j))
                 if len(per_env[e]) < rounds:
                     again.append(e)
             if again:
@@ -66,7 +68,7 @@ def _first_ready(cfg: object, num_envs: int, acts: np.ndarray, min_ready: int) -
     return per_env, batches
 
 
-def _assert_same(lock: list[list[dict[str, object]]], ready: list[list[dict[str, object]]]) -> None:
+def assert_same_episodes(lock: list[list[dict[str, object]]], ready: list[list[dict[str, object]]]) -> None:
     for e, (a_rows, b_rows) in enumerate(zip(lock, ready)):
         assert len(a_rows) == len(b_rows)
         for k, (a, b) in enumerate(zip(a_rows, b_rows)):
@@ -83,9 +85,9 @@ def test_each_env_bit_identical_to_lockstep(no_leaks, per_process: int) -> None:
     num_envs, rounds = 4, 8
     cfg = toy_cfg(num_envs, CHUNK, envs_per_process=per_process, **COSTS)
     acts = _actions(rounds, num_envs)
-    lock = _lockstep(cfg, num_envs, acts)
-    ready, batches = _first_ready(cfg, num_envs, acts, min_ready=per_process)
-    _assert_same(lock, ready)
+    lock = lockstep_episodes(cfg, num_envs, acts)
+    ready, batches = first_ready_episodes(cfg, num_envs, acts, min_ready=per_process)
+    assert_same_episodes(lock, ready)
     # The run was not lockstep in disguise: some results came without the others, and auto-resets happened.
     assert any(len(b) < num_envs for b in batches), batches
     assert any(row["info.reset_state_id"] >= 0 for rows in ready for row in rows)
