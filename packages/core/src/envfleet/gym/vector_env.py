@@ -86,6 +86,9 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
     :param backend: a :class:`~envfleet.plugins.BackendSpec`; looked up from ``simulator_type`` when omitted.
     """
 
+    #: Whether the simulator resets finished envs itself (``train.auto_reset``), as first-ready stepping needs.
+    simulator_resets = False
+
     def __init__(
         self,
         config: Any,
@@ -107,7 +110,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         overrides = ["actor.model.num_action_chunks=1"] if step == "action" else []
         cfg = as_config(config, overrides)
         env_cfg = cfg[mode]
-        if env_cfg.auto_reset:
+        if env_cfg.auto_reset and not self.simulator_resets:
             raise ConfigError(
                 f"{mode}.auto_reset is true, but the gymnasium face resets envs itself (autoreset_mode="
                 f"{self.autoreset_mode.value!r}): set {mode}.auto_reset: false"
