@@ -22,7 +22,7 @@ from gymnasium.vector import AutoresetMode
 
 from ..errors import ConfigError, InvalidInputError
 from ..validation import as_env_ids
-from .infos import object_column
+from .infos import chunk_infos
 from .vector_env import EnvfleetVectorEnv
 
 __all__ = ["EnvfleetFirstReadyVectorEnv"]
@@ -75,16 +75,7 @@ class EnvfleetFirstReadyVectorEnv(EnvfleetVectorEnv):
         if self.ignore_terminations:
             terminated[:] = False
         truncated = result.truncations[:, -1].copy()
-        infos: dict[str, Any] = dict(result.infos)
-        infos.update(
-            env_ids=result.env_ids,
-            chunk_rewards=result.rewards,
-            chunk_terminations=result.terminations,
-            chunk_truncations=result.truncations,
-            task_description=object_column(list(result.task_descriptions)),
-        )
-        if "success_once" in infos:
-            infos["is_success"] = infos["success_once"]
+        infos = {**chunk_infos(result), "env_ids": result.env_ids}
         assert self._obs is not None
         for key, value in result.obs.items():
             self._obs[key][result.env_ids] = value

@@ -38,7 +38,7 @@ from ..errors import ConfigError, InvalidInputError
 from ..faces import StateWalk, as_config
 from ..plugins import BackendSpec
 from ..shards.manager import ProcessEnvManager
-from .infos import masked_infos, merge_infos, object_column
+from .infos import chunk_infos, masked_infos, merge_infos, object_column
 
 __all__ = ["STEP_MODES", "EnvfleetVectorEnv", "make_vector_env"]
 
@@ -200,15 +200,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         if self.ignore_terminations:
             terminated[:] = False
         truncated = result.truncations[:, -1].copy()
-        values = dict(result.infos)
-        values.update(
-            chunk_rewards=result.rewards,
-            chunk_terminations=result.terminations,
-            chunk_truncations=result.truncations,
-            task_description=object_column(list(result.task_descriptions)),
-        )
-        if "success_once" in values:
-            values["is_success"] = values["success_once"]
+        values = chunk_infos(result)
         obs = dict(result.obs)
         stepped = ~pending
         infos = masked_infos(values, stepped)

@@ -307,12 +307,4 @@ class FirstReady:
         env_ids = np.concatenate([np.arange(s.shard.env_slice.start, s.shard.env_slice.stop) for s in chosen]) if chosen else _no_ids()
         for slot in chosen:
             slot.phase, slot.reply, slot.restarted = Phase.IDLE, None, False
-        return ReadyChunk(
-            obs=obs,
-            task_descriptions=descriptions,
-            rewards=flags["rewards"],
-            terminations=flags["terminations"],
-            truncations=flags["truncations"],
-            infos=infos,
-            env_ids=env_ids.astype(np.int64),
-        )
+        return ReadyChunk(obs=obs, task_descriptions=descriptions, **flags, infos=infos, env_ids=env_ids.astype(np.int64))
