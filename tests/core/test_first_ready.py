@@ -114,6 +114,9 @@ def test_bad_input_is_rejected_and_the_manager_stays_usable(no_leaks) -> None:
             mgr.recv_chunk(3)
         with pytest.raises(InvalidInputError, match="chunk_step needs every env idle"):
             mgr.chunk_step(np.zeros((4, CHUNK, 7), np.float32))
+        for call in (lambda: mgr.reset_envs_to_state_ids(np.arange(4)), mgr.stop_simulator, lambda: mgr.flush_video("x")):
+            with pytest.raises(InvalidInputError, match="needs every env idle, but envs 0..1 have first-ready chunks in flight"):
+                call()
         with pytest.raises(InvalidInputError, match=r"shape \[num_envs=2, chunk=4"):
             mgr.send_chunk([2, 3], np.zeros((2, CHUNK + 1, 7), np.float32))
         out = mgr.recv_chunk(2)

@@ -212,6 +212,7 @@ class ProcessEnvManager:
     def renderer_info(self) -> dict[str, str]:
         """What renders this stage's images (asked of its first shard): GL platform, vendor, renderer."""
         self._check_running()
+        self._ready.check_idle("renderer_info")
         return dict(self._calls.broadcast(Command.RENDERER_INFO, lambda s: None, self._shard_set.shards[:1], self.step_timeout_s)[0])
 
     def get_all_state_ids(self) -> np.ndarray:
@@ -380,6 +381,7 @@ class ProcessEnvManager:
             if path:
                 paths.append(path)
         if self._running:
+            self._ready.check_idle("flush_video")
             for reply in self._calls.broadcast(
                 Command.FLUSH_VIDEO, lambda s: FlushVideoRequest(subdir), self._shard_set.shards, self.step_timeout_s
             ):
