@@ -148,6 +148,14 @@ def test_timeout_returns_what_is_done(no_leaks) -> None:
         out = mgr.recv_chunk(2, timeout_s=0.1)
         assert time.perf_counter() - t0 < 0.9 and out.env_ids.size == 0 and out.rewards.shape == (0, CHUNK)
         assert sorted(mgr.recv_chunk(2).env_ids.tolist()) == [0, 1]
+        # max_ready: both done, one handed out, the other kept for the next call.
+        mgr.send_chunk([0, 1], np.zeros((2, CHUNK, 7), np.float32))
+        time.sleep(1.5)
+        first = mgr.recv_chunk(1, max_ready=1)
+        second = mgr.recv_chunk(1, timeout_s=0.0)
+        assert len(first.env_ids) == len(second.env_ids) == 1 and {int(first.env_ids[0]), int(second.env_ids[0])} == {0, 1}
+        with pytest.raises(InvalidInputError, match="max_ready must be an integer >= min_ready=2"):
+            mgr.recv_chunk(2, max_ready=1)
 
 
 def _restart_case(mgr: ProcessEnvManager, hurt: object) -> None:
