@@ -45,8 +45,8 @@ TOY_N, TOY_CHUNK, TOY_EPISODE_CHUNKS = 8, 8, 10
 ENV_SLEEP_S, TAIL = 0.01, 1.5
 MEAN_CHUNK_S = ENV_SLEEP_S * (1 + 1 / (TAIL - 1))  # a Pareto(1.5) factor's mean is 3
 RESET_SLEEP_S = 20 * MEAN_CHUNK_S
-TOY_SECONDS = 4.0 if QUICK else 20.0
-LIBERO_N, LIBERO_CHUNK, LIBERO_CHUNKS = 4, 8, (4 if QUICK else 24)
+TOY_SECONDS = 4.0 if QUICK else 15.0
+LIBERO_N, LIBERO_CHUNK, LIBERO_CHUNKS = 4, 8, (4 if QUICK else 12)
 
 
 def _toy_train(auto_reset: bool = True, n: int = TOY_N, seed: int = 0) -> Any:
