@@ -130,6 +130,22 @@ def test_bad_input_is_rejected_and_the_manager_stays_usable(no_leaks) -> None:
         assert sorted(mgr.recv_chunk(4).env_ids.tolist()) == [0, 1, 2, 3]
 
 
+def test_a_held_result_is_never_overwritten(no_leaks) -> None:
+    acts = _actions(3, 2)
+    with ProcessEnvManager(toy_cfg(2, CHUNK)) as mgr:
+        mgr.reset_envs_to_state_ids(np.arange(2))
+        mgr.send_chunk([0, 1], acts[0])
+        held = mgr.recv_chunk(2)
+        snapshot = {k: v.copy() for k, v in held.obs.items()}
+        for k in (1, 2):  # the same envs stepped again, twice, while the first result is held
+            mgr.send_chunk([0, 1], acts[k])
+            later = mgr.recv_chunk(2)
+            assert not any(np.shares_memory(held.obs[key], later.obs[key]) for key in held.obs)
+            assert not np.array_equal(later.obs["state"], snapshot["state"])
+        for key, value in snapshot.items():
+            assert np.array_equal(held.obs[key], value), key
+
+
 def test_one_chunk_length_in_flight(no_leaks) -> None:
     with ProcessEnvManager(toy_cfg(2, "null")) as mgr:
         mgr.reset_envs_to_state_ids(np.arange(2))
