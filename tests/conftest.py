@@ -9,7 +9,18 @@ import pytest
 from envfleet.shards.shm import SHM_PREFIX
 
 #: The toy's own keys (``train.toy.*``); any other keyword of :func:`toy_cfg` is a ``train.*`` key.
-TOY_KEYS = ("step_cost_s", "step_sleep_s", "envs_per_process", "raise_on_step", "raise_in_constructor", "exit_on_step", "frozen")
+TOY_KEYS = (
+    "step_cost_s",
+    "step_sleep_s",
+    "envs_per_process",
+    "raise_on_step",
+    "raise_in_constructor",
+    "exit_on_step",
+    "frozen",
+    "env_sleep_s",
+    "step_cost_tail",
+    "reset_sleep_s",
+)
 
 
 def toy_cfg(num_envs: int = 2, chunk: int = 4, stages: int = 1, *overrides: str, **train: object) -> object:

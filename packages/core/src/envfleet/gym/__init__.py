@@ -18,6 +18,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a venv without gymnasium
     raise MissingExtraError("envfleet.gym needs gymnasium 1.x, which is not installed: pip install 'envfleet[gym]'") from exc
 
+from .ready import EnvfleetFirstReadyVectorEnv
 from .vector_env import STEP_MODES, EnvfleetVectorEnv, make_vector_env
 
-__all__ = ["STEP_MODES", "EnvfleetVectorEnv", "make_vector_env"]
+__all__ = ["STEP_MODES", "EnvfleetFirstReadyVectorEnv", "EnvfleetVectorEnv", "make_vector_env"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["masked_infos", "merge_infos", "object_column"]
+__all__ = ["chunk_infos", "masked_infos", "merge_infos", "object_column"]
 
 
 def _blank(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -63,3 +63,18 @@ def merge_infos(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
         out[key] = merged
         out[f"_{key}"] = out[f"_{key}"] | mask
     return out
+
+
+def chunk_infos(result: Any) -> dict[str, Any]:
+    """A chunk result's infos for a step: its own, the per-sub-step arrays (``chunk_rewards``,
+    ``chunk_terminations``, ``chunk_truncations``), ``task_description`` and ``is_success``."""
+    values = dict(result.infos)
+    values.update(
+        chunk_rewards=result.rewards,
+        chunk_terminations=result.terminations,
+        chunk_truncations=result.truncations,
+        task_description=object_column(list(result.task_descriptions)),
+    )
+    if "success_once" in values:
+        values["is_success"] = values["success_once"]
+    return values

@@ -38,7 +38,7 @@ from ..errors import ConfigError, InvalidInputError
 from ..faces import StateWalk, as_config
 from ..plugins import BackendSpec
 from ..shards.manager import ProcessEnvManager
-from .infos import masked_infos, merge_infos, object_column
+from .infos import chunk_infos, masked_infos, merge_infos, object_column
 
 __all__ = ["STEP_MODES", "EnvfleetVectorEnv", "make_vector_env"]
 
@@ -86,6 +86,9 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
     :param backend: a :class:`~envfleet.plugins.BackendSpec`; looked up from ``simulator_type`` when omitted.
     """
 
+    #: Whether the simulator resets finished envs itself (``train.auto_reset``), as first-ready stepping needs.
+    simulator_resets = False
+
     def __init__(
         self,
         config: Any,
@@ -107,7 +110,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         overrides = ["actor.model.num_action_chunks=1"] if step == "action" else []
         cfg = as_config(config, overrides)
         env_cfg = cfg[mode]
-        if env_cfg.auto_reset:
+        if env_cfg.auto_reset and not self.simulator_resets:
             raise ConfigError(
                 f"{mode}.auto_reset is true, but the gymnasium face resets envs itself (autoreset_mode="
                 f"{self.autoreset_mode.value!r}): set {mode}.auto_reset: false"
@@ -197,15 +200,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         if self.ignore_terminations:
             terminated[:] = False
         truncated = result.truncations[:, -1].copy()
-        values = dict(result.infos)
-        values.update(
-            chunk_rewards=result.rewards,
-            chunk_terminations=result.terminations,
-            chunk_truncations=result.truncations,
-            task_description=object_column(list(result.task_descriptions)),
-        )
-        if "success_once" in values:
-            values["is_success"] = values["success_once"]
+        values = chunk_infos(result)
         obs = dict(result.obs)
         stepped = ~pending
         infos = masked_infos(values, stepped)

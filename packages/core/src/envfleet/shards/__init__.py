@@ -11,6 +11,7 @@ module              job
 ``messages``        the commands (each with a typed argument) and the replies a shard returns
 ``wire``            framing over the socket, and packing arrays into a reply
 ``replies``         merging the shards' replies into one batch
+``ready``           first-ready stepping: the envs that are ready step, the first ones done return
 ``recycling``       reusing reply buffers the caller no longer holds
 ``server``          the shard process itself (``python -m envfleet.shards.server``)
 ``shm``             the shared memory observations are written to

@@ -40,6 +40,7 @@ from ..validation import StateTable, as_env_ids, check_actions, check_reset_ids
 from .calls import ManagerStats, ShardCalls, replay_reset
 from .handle import RestartBudget, ShardHandle, ShardSet
 from .messages import Command, FlushVideoRequest, LoadStateRequest, ResetSomeRequest, StepRequest
+from .ready import FirstReady, ReadyChunk
 from .recycling import RecyclingPool
 from .replies import ReplyMerger
 from .shm import ShmLayout
@@ -100,6 +101,7 @@ class ProcessEnvManager:
         self.step_timeout_s = self._calls.step_timeout_s
         self.start_timeout_s = self._calls.start_timeout_s
         self.reset_timeout_s = self._calls.reset_timeout_s
+        self._ready = FirstReady(self._calls, self._replies, self.obs_spec, self.action_dim, self.num_action_chunks)
         self._recorder: Any = None
         if self.env_cfg.video_cfg.save_video:
             from ..video import VideoRecorder
@@ -176,6 +178,7 @@ class ProcessEnvManager:
         with self._lock:
             if not self._running:
                 return
+            self._ready.check_idle("stop_simulator")
             if self.supports_state:
                 states = self._calls.broadcast(Command.GET_STATE, lambda s: None, self._shard_set.shards, self.step_timeout_s)
                 for shard, state in zip(self._shard_set.shards, states):
@@ -191,6 +194,7 @@ class ProcessEnvManager:
                 return
             self._closed = True
             self._running = False
+            self._ready.forget()
             for shard in self._shard_set.shards:
                 shard.free(graceful=True)
             if self._recorder is not None:
@@ -208,6 +212,7 @@ class ProcessEnvManager:
     def renderer_info(self) -> dict[str, str]:
         """What renders this stage's images (asked of its first shard): GL platform, vendor, renderer."""
         self._check_running()
+        self._ready.check_idle("renderer_info")
         return dict(self._calls.broadcast(Command.RENDERER_INFO, lambda s: None, self._shard_set.shards[:1], self.step_timeout_s)[0])
 
     def get_all_state_ids(self) -> np.ndarray:
@@ -235,6 +240,7 @@ class ProcessEnvManager:
         """Reset env ``i`` of the stage to ``state_ids[i]``; ``task_ids`` (optional) must match."""
         with self._lock:
             self._check_running()
+            self._ready.check_idle("reset_envs_to_state_ids")
             state_ids, task_ids = self.check_reset_ids(state_ids, task_ids)
             t0 = time.perf_counter()
             for shard in self._shard_set.shards:
@@ -259,6 +265,7 @@ class ProcessEnvManager:
         """
         with self._lock:
             self._check_running()
+            self._ready.check_idle("reset_some_envs")
             env_ids = as_env_ids(env_ids, self.num_envs)
             state_ids, task_ids = check_reset_ids(
                 self._states_table(), state_ids, task_ids, num_envs=len(env_ids), where=f" of the reset list of stage {self.stage_id}"
@@ -290,6 +297,7 @@ class ProcessEnvManager:
         """Step every env through ``actions`` ``[num_envs, chunk, action_dim]``."""
         with self._lock:
             self._check_running()
+            self._ready.check_idle("chunk_step")
             actions = check_actions(actions, self.num_envs, self.action_dim, self.num_action_chunks)
             chunk = actions.shape[1]
             t0 = time.perf_counter()
@@ -315,6 +323,52 @@ class ProcessEnvManager:
                 self._recorder.add(result.obs, result.infos.get("task_id"), result.rewards, result.infos.get("success_once"))
             return result
 
+    # ------------------------------------------------------------------ first-ready stepping
+    def send_chunk(self, env_ids: Any, actions: Any) -> None:
+        """Start a chunk for the envs ``env_ids`` (ready ones: their last result returned) and return at once.
+
+        ``actions[j]`` ``[chunk, action_dim]`` is env ``env_ids[j]``'s. Envs that share a process
+        (``envs_per_process``) step together: give all of them or none. Collect the results with
+        :meth:`recv_chunk`; until then, lockstep calls raise. See :mod:`envfleet.shards.ready`.
+
+        :raises InvalidInputError: bad ids or actions, an env not ready, part of a shard's envs, or a
+            chunk length other than the one in flight; nothing is sent, the manager stays usable.
+        """
+        with self._lock:
+            self._check_running()
+            if self._recorder is not None:
+                raise ConfigError(
+                    "first-ready stepping does not record the stage's video (train.video_cfg.save_video is on): "
+                    "turn it off, or step in lockstep (chunk_step)"
+                )
+            env_ids = as_env_ids(env_ids, self.num_envs)
+            actions = check_actions(actions, len(env_ids), self.action_dim, self.num_action_chunks)
+            self._ready.send(env_ids, actions)
+
+    def recv_chunk(self, min_ready: int, timeout_s: float | None = None, max_ready: int | None = None) -> ReadyChunk:
+        """The results of the first envs to finish the chunks :meth:`send_chunk` started.
+
+        Waits until at least ``min_ready`` envs are done and returns every env done by then (whole
+        shards, at most ``max_ready`` envs when given, the earliest first), in a
+        :class:`~envfleet.shards.ready.ReadyChunk` whose ``env_ids`` names each row's env. With
+        ``timeout_s``, returns at that deadline whatever is done (possibly no row). The other envs keep
+        simulating. A shard that died or hung is restarted meanwhile, and its envs' rows come back with
+        ``infos["sim_restarted"]`` True, as in :meth:`chunk_step`.
+
+        :raises InvalidInputError: ``min_ready`` below 1, above the stage's envs, or above the envs in flight.
+        """
+        with self._lock:
+            self._check_running()
+            t0 = time.perf_counter()
+            result = self._ready.recv(min_ready, timeout_s, max_ready)
+            self._account(t0, 0.0)
+            return result
+
+    @property
+    def first_ready(self) -> FirstReady:
+        """The first-ready state of each shard (for tests, diagnostics and benchmarks)."""
+        return self._ready
+
     def flush_video(self, subdir: str) -> list[str]:
         """Write the stage's recorded video to ``{video_base_dir}/rank_{rank}/{subdir}/{n}.mp4``.
 
@@ -327,6 +381,7 @@ class ProcessEnvManager:
             if path:
                 paths.append(path)
         if self._running:
+            self._ready.check_idle("flush_video")
             for reply in self._calls.broadcast(
                 Command.FLUSH_VIDEO, lambda s: FlushVideoRequest(subdir), self._shard_set.shards, self.step_timeout_s
             ):

@@ -11,18 +11,39 @@ dtype (-1, False or 0).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..episodes import restarted_rows
-from .handle import Packed, ShardHandle
+from .handle import Packed
 from .messages import Command
 from .wire import Layout, split_reply
 
-__all__ = ["ReplyMerger"]
+__all__ = ["ReplyMerger", "ShardRows"]
 
 _FLAG_KEYS = ("rewards", "terminations", "truncations")
+
+
+class ShardRows(Protocol):
+    """Where a shard's envs sit in a merged result: a :class:`~envfleet.shards.handle.ShardHandle`
+    (its envs of the stage), or the rows a first-ready result gives them (:mod:`envfleet.shards.ready`)."""
+
+    @property
+    def index(self) -> int:
+        """The shard's number within its stage."""
+        ...
+
+    @property
+    def num_envs(self) -> int:
+        """How many envs the shard runs."""
+        ...
+
+    @property
+    def env_slice(self) -> slice:
+        """The shard's rows in the merged result."""
+        ...
 
 
 class ReplyMerger:
@@ -38,14 +59,22 @@ class ReplyMerger:
         self._fast_layouts: dict[Command, Layout] = {}
 
     def merge(
-        self, shards: list[ShardHandle], replies: list[Packed], restarted: set[int], command: Command, chunk: int = 0
+        self,
+        shards: Sequence[ShardRows],
+        replies: list[Packed],
+        restarted: set[int],
+        command: Command,
+        chunk: int = 0,
+        num_rows: int | None = None,
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
         """The stage's flags (step only), infos and task descriptions from each shard's reply.
 
         :param replies: one per shard, in shard order (a restarted shard's: its fresh reset's).
         :param restarted: the indices of the shards restarted during this call.
         :param chunk: the chunk length (for a restarted shard's flags).
+        :param num_rows: the rows of the result (default: the stage's envs); each shard's are its ``env_slice``.
         """
+        total = self.num_envs if num_rows is None else num_rows
         descriptions = [d for r in replies for d in r.descriptions]
         layout = replies[0].layout
         if not restarted and layout is not None and all(r.layout is layout and not r.others for r in replies):
@@ -53,12 +82,12 @@ class ReplyMerger:
             if self._fast_layouts.get(command) is not layout:
                 self._fast_layouts[command] = layout
                 self._info_templates[command].update({key: (value.dtype, value.shape[1:]) for key, value in infos.items()})
-            infos["sim_restarted"] = np.zeros(self.num_envs, dtype=bool)
+            infos["sim_restarted"] = np.zeros(total, dtype=bool)
             return flags, infos, descriptions
         flags = {
-            "rewards": np.zeros((self.num_envs, chunk), dtype=np.float32),
-            "terminations": np.zeros((self.num_envs, chunk), dtype=bool),
-            "truncations": np.zeros((self.num_envs, chunk), dtype=bool),
+            "rewards": np.zeros((total, chunk), dtype=np.float32),
+            "terminations": np.zeros((total, chunk), dtype=bool),
+            "truncations": np.zeros((total, chunk), dtype=bool),
         }
         parts: list[dict[str, Any]] = []
         for shard, reply in zip(shards, replies):
@@ -71,10 +100,10 @@ class ReplyMerger:
                 continue
             for key in _FLAG_KEYS:
                 flags[key][shard.env_slice] = shard_flags[key]
-        return flags, self._merge_infos(shards, parts, restarted, command), descriptions
+        return flags, self._merge_infos(shards, parts, restarted, command, total), descriptions
 
     def _merge_infos(
-        self, shards: list[ShardHandle], infos: list[dict[str, Any]], restarted: set[int], command: Command
+        self, shards: Sequence[ShardRows], infos: list[dict[str, Any]], restarted: set[int], command: Command, total: int
     ) -> dict[str, np.ndarray]:
         templates = self._info_templates[command]
         keys: list[str] = []
@@ -100,7 +129,7 @@ class ReplyMerger:
                 merged[key] = np.concatenate(pieces, axis=0)
             except ValueError:
                 merged[key] = np.array([p for piece in pieces for p in piece], dtype=object)
-        merged["sim_restarted"] = np.zeros(self.num_envs, dtype=bool)
+        merged["sim_restarted"] = np.zeros(total, dtype=bool)
         for shard in shards:
             if shard.index in restarted:
                 merged["sim_restarted"][shard.env_slice] = True

@@ -18,5 +18,6 @@ except ImportError as exc:  # pragma: no cover - exercised in a venv without tor
     raise MissingExtraError("envfleet.torchrl needs TorchRL, which is not installed: pip install 'envfleet[torchrl]'") from exc
 
 from .env import EnvfleetEnv, make_env
+from .ready import EnvfleetFirstReadyEnv
 
-__all__ = ["EnvfleetEnv", "make_env"]
+__all__ = ["EnvfleetEnv", "EnvfleetFirstReadyEnv", "make_env"]

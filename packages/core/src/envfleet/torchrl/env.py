@@ -40,14 +40,19 @@ class EnvfleetEnv(EnvBase):  # type: ignore[misc]
     :param backend: a :class:`~envfleet.plugins.BackendSpec`; looked up from ``simulator_type`` when omitted.
     """
 
+    #: Whether the simulator resets finished envs itself (``train.auto_reset``), as first-ready stepping needs.
+    simulator_resets = False
+
     def __init__(
         self, config: Any, *, step: str = "chunk", mode: str = "train", stage_id: int = 0, backend: BackendSpec | None = None
     ) -> None:
         if step not in ("chunk", "action"):
             raise ValueError(f"step must be 'chunk' or 'action' (one step per chunk or per action), got {step!r}")
         cfg = as_config(config, ["actor.model.num_action_chunks=1"] if step == "action" else [])
-        if cfg[mode].auto_reset:
+        if cfg[mode].auto_reset and not self.simulator_resets:
             raise ConfigError(f'{mode}.auto_reset is true, but TorchRL resets envs itself ("_reset"): set {mode}.auto_reset: false')
+        if self.simulator_resets and not cfg[mode].auto_reset:
+            raise ConfigError(f"{type(self).__name__} needs {mode}.auto_reset: true (finished envs reset in their own process)")
         manager = ProcessEnvManager(cfg, stage_id=stage_id, mode=mode, backend=backend)
         n = manager.num_envs
         super().__init__(batch_size=torch.Size([n]), device="cpu")

@@ -52,6 +52,10 @@ class ToyEnv(BatchedEnv):
         self.states_per_task = int(tc.states_per_task)
         self.step_cost_s = float(tc.step_cost_s)
         self.step_sleep_s = float(tc.step_sleep_s)
+        self.env_sleep_s = float(tc.env_sleep_s)
+        self.step_cost_tail = float(tc.step_cost_tail)
+        self.reset_sleep_s = float(tc.reset_sleep_s)
+        self._cost_seed = (int(cfg.seed), int(ctx.rank), int(ctx.stage_id))
         self.raise_on_step = int(tc.raise_on_step)
         self.exit_on_step = int(tc.exit_on_step)
         self.frozen = bool(tc.frozen)
@@ -126,6 +130,8 @@ class ToyEnv(BatchedEnv):
         chunk = actions.shape[1]
         if self.step_sleep_s > 0:
             time.sleep(self.step_sleep_s)
+        if self.env_sleep_s > 0:
+            time.sleep(self.env_sleep_s * sum(self._cost_factor(int(i), step_index) for i in np.nonzero(self.tracker.active())[0]))
         if self.frozen:
             return self._frozen_step(chunk)
         t = self.tracker
@@ -179,7 +185,16 @@ class ToyEnv(BatchedEnv):
             self._frozen_result = flags.to_result({k: v.copy() for k, v in self.obs.items()}, self._descriptions())
         return self._frozen_result
 
+    def _cost_factor(self, i: int, step_index: int) -> float:
+        """Env ``i``'s cost factor at its ``step_index``-th chunk: a Pareto draw (>= 1), or 1 without ``step_cost_tail``."""
+        if self.step_cost_tail <= 0:
+            return 1.0
+        rng = np.random.default_rng([*self._cost_seed, self.ctx.env_offset + i, step_index])
+        return 1.0 + float(rng.pareto(self.step_cost_tail))
+
     def _reset_one(self, i: int, sid: int) -> None:
+        if self.reset_sleep_s > 0:
+            time.sleep(self.reset_sleep_s)
         rng = np.random.default_rng(sid)
         while True:
             start = rng.uniform(-0.8, 0.8, size=2)

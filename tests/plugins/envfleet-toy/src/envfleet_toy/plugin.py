@@ -31,6 +31,13 @@ class ToyConfig:
     states_per_task: int = 10  # fixed initial states per task
     step_cost_s: float = 0.0  # busy-wait per env per sub-step, to stand in for a slow simulator
     step_sleep_s: float = 0.0  # sleep once per chunk_step, to stand in for a simulator that waits on a device (no CPU used)
+    # Per-env costs that differ from env to env and chunk to chunk (no CPU used, results unchanged):
+    # each env still in its episode sleeps env_sleep_s per chunk times a draw from a Pareto
+    # distribution of shape step_cost_tail (>= 1, heavy-tailed; 0: no draw, a factor of 1), seeded by
+    # (seed, rank, stage, env, the env's chunk count); each env reset sleeps reset_sleep_s.
+    env_sleep_s: float = 0.0
+    step_cost_tail: float = 0.0
+    reset_sleep_s: float = 0.0
     envs_per_process: int = 1  # envs that share one shard process
     raise_on_step: int = -1  # test hook: raise inside the N-th chunk_step (0-based); -1 never
     raise_in_constructor: bool = False  # test hook: raise while building the env
