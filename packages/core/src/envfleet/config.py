@@ -30,6 +30,7 @@ from .named_protocols import protocol_layers
 from .options import OPTIONAL_KEYS, ActionTransform, RenderMode
 from .plugins import BackendSpec, get_backend, list_backends
 from .plugins.api import check_optional_keys
+from .remote.config import RemoteConfig
 
 __all__ = [
     "InitParamsConfig",
@@ -103,6 +104,7 @@ class EnvConfig:
     # The Python the stage's shard processes run under: a venv with envfleet core, the backend and its
     # simulator (see `envfleet venv`); null: the worker's own interpreter.
     simulator_python: str | None = None
+    remote: RemoteConfig = field(default_factory=RemoteConfig)  # a stage served by `envfleet serve` (docs/remote.md)
     init_params: InitParamsConfig = field(default_factory=InitParamsConfig)
     video_cfg: VideoConfig = field(default_factory=VideoConfig)
     # Accepted so that a verl env yaml loads; envfleet does not use them.

@@ -1,0 +1,97 @@
+"""``train.remote``: where a stage's simulators run when they run behind ``envfleet serve``.
+
+:func:`build_manager` is the one place that picks a stage's manager: a
+:class:`~envfleet.remote.client.RemoteEnvManager` when ``remote.address`` is set, else a
+:class:`~envfleet.shards.manager.ProcessEnvManager`. The worker and the faces call it, so
+everything above the manager is the same either way.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from ..plugins import BackendSpec
+    from ..shards.manager import ProcessEnvManager
+    from .client import RemoteEnvManager
+
+__all__ = ["RemoteConfig", "build_manager", "read_token"]
+
+
+@dataclass
+class RemoteConfig:
+    """``train.remote`` (and ``val.remote``): a server started with ``envfleet serve`` (see docs/remote.md)."""
+
+    address: str | None = None  # host:port of an `envfleet serve`; null: run the simulators here, in shard processes
+    token_file: str | None = None  # a file holding the server's token (first line); null: no token (a loopback --insecure server)
+    tls: bool = False  # connect with TLS (the server was started with --tls-cert/--tls-key)
+    ca_file: str | None = None  # the CA (or self-signed certificate) to trust; null: the system's CAs. Implies tls
+    timeout_s: float | None = None  # deadline of one call; null: the server's step deadline plus 30 s
+    reconnect_s: float = 30.0  # how long a call keeps trying to reach a restarted server before it fails
+
+
+def read_token(path: str | os.PathLike[str] | None) -> str | None:
+    """The token in ``path`` (its first line, stripped); ``None`` for no path.
+
+    :raises ConfigError: the file cannot be read or is empty.
+    """
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.readline().strip()
+    except OSError as exc:
+        raise ConfigError(f"remote.token_file: cannot read {str(path)!r}: {exc}") from None
+    if not token:
+        raise ConfigError(f"remote.token_file: {str(path)!r} is empty; expected the server's token on its first line")
+    return token
+
+
+def build_manager(
+    cfg: DictConfig, stage_id: int = 0, rank: int = 0, mode: str = "train", backend: BackendSpec | None = None
+) -> ProcessEnvManager | RemoteEnvManager:
+    """The manager of one stage: remote when ``cfg[mode].remote.address`` is set, in shard processes otherwise.
+
+    A remote manager checks that the server's stage has the ``num_envs``, ``action_dim`` and
+    chunk length this config expects (the layers above slice by them).
+
+    :raises ConfigError: the server's stage does not match this config.
+    """
+    section = cfg[mode]
+    remote: Any = section.get("remote") if hasattr(section, "get") else None
+    address = None if remote is None else remote.get("address")
+    if not address:
+        from ..shards.manager import ProcessEnvManager
+
+        return ProcessEnvManager(cfg, stage_id=stage_id, rank=rank, mode=mode, backend=backend)
+    from .client import RemoteEnvManager
+
+    manager = RemoteEnvManager(
+        str(address),
+        token=read_token(remote.get("token_file")),
+        stage_id=stage_id,
+        rank=rank,
+        mode=mode,
+        tls=bool(remote.get("tls")) or remote.get("ca_file") is not None,
+        ca_file=remote.get("ca_file"),
+        timeout_s=remote.get("timeout_s"),
+        reconnect_s=float(remote.get("reconnect_s", 30.0)),
+    )
+    chunk = cfg.actor.model.num_action_chunks
+    expected = {
+        f"{mode}.num_envs": (int(section.num_envs), manager.num_envs),
+        "actor.model.action_dim": (int(cfg.actor.model.action_dim), manager.action_dim),
+        "actor.model.num_action_chunks": (None if chunk is None else int(chunk), manager.num_action_chunks),
+    }
+    wrong = {key: pair for key, pair in expected.items() if pair[0] != pair[1]}
+    if wrong:
+        manager.close()
+        text = "; ".join(f"{key} is {mine} here but {theirs} on the server" for key, (mine, theirs) in wrong.items())
+        raise ConfigError(f"{mode}.remote.address {address}: the server's stage {stage_id} does not match this config: {text}")
+    return manager
