@@ -37,12 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     be = sub.add_parser("backends", help="list installed backends and plugins that failed to load (exit code 1 if any did)")
     be.add_argument("--check", action="store_true", help="also build and step each backend once (exit code 1 if any fails)")
     be.add_argument("names", nargs="*", help="with --check: the backends to check (default all), and key=value overrides")
-    from . import compare, doctor, protocols, venv
+    from . import compare, doctor, protocols, serve, venv
 
     doctor.add_parser(sub)
     venv.add_parser(sub)
     compare.add_parser(sub)
     protocols.add_parser(sub)
+    serve.add_parser(sub)
     ro = sub.add_parser("rollout", help="run a pipelined rollout (the main job)")
     ro.add_argument("--config", help="YAML config in verl's env layout")
     ro.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray on 127.0.0.1)")
@@ -329,6 +330,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import venv
 
             return venv.run(args)
+        if args.command == "serve":
+            from . import serve
+
+            return serve.run(args)
         if args.command in ("compare", "protocols"):
             from . import compare, protocols
 

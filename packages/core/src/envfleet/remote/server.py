@@ -112,10 +112,11 @@ class EnvServer:
         """Stop accepting, end every session and free every stage. Safe to call twice."""
         self.stopping = True
         if self._listener is not None:
-            try:
-                self._listener.close()
+            try:  # shutdown wakes the thread blocked in accept(); close alone does not, on Linux
+                self._listener.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            self._listener.close()
         with self._lock:
             sessions = dict(self._sessions)
         for session in sessions:

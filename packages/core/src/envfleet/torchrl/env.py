@@ -25,7 +25,7 @@ from torchrl.envs import EnvBase
 from ..errors import ConfigError, InvalidInputError
 from ..faces import StateWalk, as_config
 from ..plugins import BackendSpec
-from ..shards.manager import ProcessEnvManager
+from ..remote.config import build_manager
 
 __all__ = ["EnvfleetEnv", "make_env"]
 
@@ -48,7 +48,7 @@ class EnvfleetEnv(EnvBase):  # type: ignore[misc]
         cfg = as_config(config, ["actor.model.num_action_chunks=1"] if step == "action" else [])
         if cfg[mode].auto_reset:
             raise ConfigError(f'{mode}.auto_reset is true, but TorchRL resets envs itself ("_reset"): set {mode}.auto_reset: false')
-        manager = ProcessEnvManager(cfg, stage_id=stage_id, mode=mode, backend=backend)
+        manager = build_manager(cfg, stage_id=stage_id, mode=mode, backend=backend)
         n = manager.num_envs
         super().__init__(batch_size=torch.Size([n]), device="cpu")
         self.manager = manager
