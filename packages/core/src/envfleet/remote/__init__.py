@@ -12,8 +12,8 @@ Only the standard library and numpy: the client needs no Ray, no torch and no si
 
 from __future__ import annotations
 
-from .client import RemoteBackend, RemoteConnectionError, RemoteEnvManager, RemoteRefusedError, parse_address
-from .config import RemoteConfig, build_manager, read_token
+from .client import RemoteBackend, RemoteConnectionError, RemoteEnvManager, RemoteRefusedError
+from .config import RemoteConfig, build_manager, parse_address, read_token
 from .server import EnvServer, ServeOptions, is_loopback
 from .wire import VERSION, WireError
 

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from ..env import ArraySpec, ChunkStepResult, ResetResult
-from ..episodes import restarted_rows
 from ..errors import (
     ClosedEnvironmentError,
     ConfigError,
@@ -36,9 +35,11 @@ from ..errors import (
 )
 from ..shards.calls import ManagerStats
 from ..validation import StateTable, as_env_ids, check_actions, check_reset_ids
-from .wire import VERSION, Frame, FrameLimits, WireError, arrays_with_prefix, read_frame, write_frame
+from .config import parse_address
+from .results import reset_result, restarted_step, step_result
+from .wire import VERSION, Frame, FrameLimits, WireError, read_frame, write_frame
 
-__all__ = ["RemoteEnvManager", "RemoteBackend", "RemoteConnectionError", "RemoteRefusedError", "parse_address"]
+__all__ = ["RemoteEnvManager", "RemoteBackend", "RemoteConnectionError", "RemoteRefusedError"]
 
 
 class RemoteConnectionError(EnvFleetError, ConnectionError):
@@ -79,17 +80,6 @@ class _Last:
     state_ids: np.ndarray | None = None
     task_ids: np.ndarray | None = None
     step_infos: dict[str, tuple[np.dtype[Any], tuple[int, ...]]] = field(default_factory=dict)
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port`` for IPv6) as ``(host, port)``.
-
-    :raises ConfigError: anything else.
-    """
-    host, sep, port = str(address).rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"remote address {address!r}: expected host:port, e.g. 127.0.0.1:7000")
-    return host.strip("[]"), int(port)
 
 
 class RemoteEnvManager:
@@ -351,8 +341,8 @@ class RemoteEnvManager:
         if reply is None:
             reply = self._timed(Frame("reset", arrays=arrays), self.reset_timeout_s, restarted=True)
             assert reply is not None
-            return self._reset_result(reply, restarted=True)
-        return self._reset_result(reply)
+            return reset_result(reply, self.num_envs, restarted=True)
+        return reset_result(reply, self.num_envs)
 
     def reset_some_envs(self, env_ids: Any, state_ids: Any, task_ids: Any = None) -> ResetResult:
         """Reset env ``env_ids[j]`` to ``state_ids[j]``; the others keep their episodes."""
@@ -371,8 +361,8 @@ class RemoteEnvManager:
         self._last.task_ids = None
         reply = self._timed(Frame("reset_some", arrays=arrays), self.reset_timeout_s)
         if reply is None:
-            return self._reset_result(self._replay_reset(), restarted=True)
-        return self._reset_result(reply)
+            return reset_result(self._replay_reset(), self.num_envs, restarted=True)
+        return reset_result(reply, self.num_envs)
 
     def chunk_step(self, actions: Any) -> ChunkStepResult:
         """Step every env through ``actions`` ``[num_envs, chunk, action_dim]`` on the server."""
@@ -380,18 +370,10 @@ class RemoteEnvManager:
         actions = check_actions(actions, self.num_envs, self.action_dim, self.num_action_chunks)
         reply = self._timed(Frame("step", arrays={"actions": actions}), self.step_timeout_s)
         if reply is None:
-            return self._restarted_step(self._replay_reset(), actions.shape[1])
-        flags = arrays_with_prefix(reply, "flag.")
-        infos = self._infos(reply)
-        self._last.step_infos = {k: (v.dtype, v.shape[1:]) for k, v in infos.items()}
-        return ChunkStepResult(
-            obs=arrays_with_prefix(reply, "obs."),
-            task_descriptions=list(reply.get("task_descriptions")),
-            rewards=flags["rewards"],
-            terminations=flags["terminations"],
-            truncations=flags["truncations"],
-            infos=infos,
-        )
+            return restarted_step(self._replay_reset(), self.num_envs, actions.shape[1], self._last.step_infos)
+        result = step_result(reply)
+        self._last.step_infos = {k: (v.dtype, v.shape[1:]) for k, v in result.infos.items()}
+        return result
 
     def flush_video(self, subdir: str) -> list[str]:
         """Write the stage's video on the server; the paths are the server's."""
@@ -454,36 +436,6 @@ class RemoteEnvManager:
         reply = self._timed(Frame("reset", arrays=arrays), self.reset_timeout_s, restarted=True)
         assert reply is not None
         return reply
-
-    def _infos(self, reply: Frame) -> dict[str, np.ndarray]:
-        infos = arrays_with_prefix(reply, "info.")
-        for name, values in (reply.get("object_infos") or {}).items():
-            infos[name] = np.array(values, dtype=object)
-        return infos
-
-    def _reset_result(self, reply: Frame, restarted: bool = False) -> ResetResult:
-        infos = self._infos(reply)
-        if restarted:
-            infos["sim_restarted"] = np.ones(self.num_envs, dtype=bool)
-        return ResetResult(obs=arrays_with_prefix(reply, "obs."), task_descriptions=list(reply.get("task_descriptions")), infos=infos)
-
-    def _restarted_step(self, reply: Frame, chunk: int) -> ChunkStepResult:
-        """A step whose connection broke: every env as a restarted shard's (see the module doc)."""
-        rows = restarted_rows(self.num_envs, chunk)
-        infos: dict[str, np.ndarray] = {}
-        for name, (dtype, shape) in self._last.step_infos.items():
-            fill = -1 if dtype.kind == "i" else (False if dtype.kind == "b" else 0)
-            infos[name] = np.full((self.num_envs, *shape), fill, dtype=dtype)
-        infos.update(self._infos(reply))
-        infos["sim_restarted"] = np.ones(self.num_envs, dtype=bool)
-        return ChunkStepResult(
-            obs=arrays_with_prefix(reply, "obs."),
-            task_descriptions=list(reply.get("task_descriptions")),
-            rewards=rows.rewards,
-            terminations=rows.terminations,
-            truncations=rows.truncations,
-            infos=infos,
-        )
 
     def __repr__(self) -> str:
         return f"RemoteEnvManager({self.address!r}, backend={self.spec.name!r}, stage={self.stage_id}, rank={self.rank}, num_envs={self.num_envs}, running={self._running})"

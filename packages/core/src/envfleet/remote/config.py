@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..shards.manager import ProcessEnvManager
     from .client import RemoteEnvManager
 
-__all__ = ["RemoteConfig", "build_manager", "read_token"]
+__all__ = ["RemoteConfig", "build_manager", "parse_address", "read_token"]
 
 
 @dataclass
@@ -34,6 +34,17 @@ class RemoteConfig:
     ca_file: str | None = None  # the CA (or self-signed certificate) to trust; null: the system's CAs. Implies tls
     timeout_s: float | None = None  # deadline of one call; null: the server's step deadline plus 30 s
     reconnect_s: float = 30.0  # how long a call keeps trying to reach a restarted server before it fails
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` for IPv6) as ``(host, port)``.
+
+    :raises ConfigError: anything else.
+    """
+    host, sep, port = str(address).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"remote address {address!r}: expected host:port, e.g. 127.0.0.1:7000")
+    return host.strip("[]"), int(port)
 
 
 def read_token(path: str | os.PathLike[str] | None) -> str | None:
