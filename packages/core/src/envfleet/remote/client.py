@@ -172,7 +172,7 @@ class RemoteEnvManager:
                 self.connect_timeout_s,
             )
             return self._ask(
-                Frame("open", {"mode": self.mode, "stage_id": self.stage_id, "rank": self.rank}), "opened", self.start_timeout_or(60.0)
+                Frame("open", {"mode": self.mode, "stage_id": self.stage_id, "rank": self.rank}), "opened", self._start_deadline(60.0)
             )
         except ssl.SSLError as exc:
             self._drop()
@@ -181,7 +181,7 @@ class RemoteEnvManager:
             self._drop()
             raise
 
-    def start_timeout_or(self, default: float) -> float:
+    def _start_deadline(self, default: float) -> float:
         return float(getattr(self, "start_timeout_s", default)) + 30.0
 
     def _drop(self) -> None:
