@@ -137,7 +137,8 @@ class Session:
                     self._refuse(exc.code, str(exc), server_version=VERSION)
                 self._send(error_frame(exc.code, str(exc)))
                 continue
-            if frame.type == "bye":
+            if frame.type == "bye":  # answered once the stage is free, so the client may open it again at once
+                self.release()
                 self._send(Frame("bye"))
                 return
             handler = self._handlers.get(frame.type)

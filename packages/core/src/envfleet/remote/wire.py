@@ -123,9 +123,10 @@ def write_frame(sock: socket.socket, frame: Frame, version: int = VERSION) -> No
         sock.sendall(b"".join(pending))
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float | None, started: bool) -> bytearray:
-    buf = bytearray(n)
-    view = memoryview(buf)
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None, started: bool) -> Any:
+    # np.empty, not bytearray(n): no zero-fill of a buffer that recv_into overwrites whole.
+    buf = np.empty(n, dtype=np.uint8)
+    view = memoryview(buf)  # type: ignore[arg-type]
     got = 0
     while got < n:
         if deadline is not None:
@@ -153,7 +154,7 @@ def read_frame(sock: socket.socket, limits: FrameLimits, timeout: float | None =
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     prefix = _recv_exact(sock, PREFIX_SIZE, deadline, started=False)
-    magic, version, reserved, header_len, payload_len = _PREFIX.unpack(prefix)
+    magic, version, reserved, header_len, payload_len = _PREFIX.unpack(prefix.tobytes())
     if magic != MAGIC:
         raise WireError("frame", f"not an envfleet frame: it starts with {bytes(magic)!r}, expected {MAGIC!r}")
     if version != VERSION:
@@ -165,11 +166,11 @@ def read_frame(sock: socket.socket, limits: FrameLimits, timeout: float | None =
     if payload_len > limits.payload:
         raise WireError("frame", f"payload of {payload_len} bytes, over the limit of {limits.payload}")
     header_raw = _recv_exact(sock, header_len, deadline, started=True)
-    payload = _recv_exact(sock, payload_len, deadline, started=True) if payload_len else bytearray()
-    return decode(header_raw, payload)
+    payload = _recv_exact(sock, payload_len, deadline, started=True) if payload_len else np.empty(0, np.uint8)
+    return decode(header_raw.tobytes(), payload)
 
 
-def decode(header_raw: bytes | bytearray, payload: bytearray) -> Frame:
+def decode(header_raw: bytes | bytearray, payload: Any) -> Frame:
     """A frame from its header bytes and payload; the arrays are views of ``payload``.
 
     :raises WireError: a header that is not a JSON object with a string ``type`` and a valid
@@ -190,7 +191,7 @@ def decode(header_raw: bytes | bytearray, payload: bytearray) -> Frame:
     return Frame(kind, header, arrays)
 
 
-def _arrays(specs: Any, payload: bytearray) -> dict[str, np.ndarray]:
+def _arrays(specs: Any, payload: Any) -> dict[str, np.ndarray]:
     if not isinstance(specs, list) or len(specs) > MAX_ARRAYS:
         raise WireError("array", f"'arrays' must be a list of at most {MAX_ARRAYS} [name, dtype, shape] entries", fatal=False)
     arrays: dict[str, np.ndarray] = {}
@@ -215,7 +216,7 @@ def _arrays(specs: Any, payload: bytearray) -> dict[str, np.ndarray]:
         nbytes = math.prod(shape) * dtype.itemsize
         if offset + nbytes > len(payload):
             raise WireError("array", f"array {name[:64]!r} of {nbytes} bytes runs past the payload's {len(payload)} bytes", fatal=False)
-        arrays[name] = np.frombuffer(payload, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape)
+        arrays[name] = payload[offset : offset + nbytes].view(dtype).reshape(shape)
         offset += nbytes
     if offset != len(payload):
         raise WireError("array", f"the arrays take {offset} bytes but the payload has {len(payload)}", fatal=False)
