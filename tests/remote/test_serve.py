@@ -13,7 +13,7 @@ import pytest
 from envfleet import ProcessEnvManager
 from envfleet.errors import ConfigError, InvalidInputError
 from envfleet.remote import RemoteEnvManager, RemoteRefusedError, build_manager
-from envfleet.remote.wire import VERSION, Frame, FrameLimits, read_frame, write_frame
+from envfleet.remote.wire import VERSION, Frame, FrameLimits, encode_frame, read_frame, write_frame
 
 from .servetools import TOKEN, local_cfg, serve, wait_for
 
@@ -207,5 +207,23 @@ def test_a_config_that_disagrees_with_the_server_is_named(tmp_path) -> None:
     try:
         with pytest.raises(ConfigError, match="train.num_envs is 3 here but 4 on the server"):
             build_manager(local_cfg("train.num_envs=3", remote=served.address))
+    finally:
+        served.stop()
+
+
+def test_a_request_over_the_stage_limit_is_refused_before_it_is_read(tmp_path, no_leaks) -> None:
+    served = serve(tmp_path)
+    try:
+        sock = _raw(served.address)
+        for frame in (Frame("hello", {"token": TOKEN}), Frame("open", {})):
+            write_frame(sock, frame)
+            assert read_frame(sock, FrameLimits()).type in ("welcome", "opened")
+        # 4 envs x chunk 4 x 7 floats is 448 bytes: a 2 MB payload is refused from its prefix alone.
+        # Only the prefix and header go out: the server must answer without waiting for the payload.
+        sock.sendall(bytes(encode_frame(Frame("step", arrays={"actions": np.zeros((4, 4, 7 * 4096), np.float32)}))[0]))
+        reply = read_frame(sock, FrameLimits())
+        assert reply.get("code") == "frame" and reply.get("fatal") and "over the limit" in reply.get("message")
+        sock.close()
+        wait_for(lambda: "freed" in served.log(), 10, "the stage freed")
     finally:
         served.stop()

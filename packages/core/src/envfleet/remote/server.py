@@ -44,7 +44,7 @@ class ServeOptions:
     auth_timeout_s: float = 10.0  # a connection that has not authenticated by then is closed
     idle_timeout_s: float = 3600.0  # a session with no request for this long is closed and its stage freed
     send_timeout_s: float = 60.0  # a reply the client does not take within this long ends its session
-    max_payload: int = 256 * 1024 * 1024  # the largest request payload (actions), in bytes
+    max_payload: int = 256 * 1024 * 1024  # a cap on the largest request payload; the open stage's actions set the usual one
     max_ranks: int = 64  # ranks a client may name (each rank's stage is its own set of envs)
 
 

@@ -127,11 +127,18 @@ class Session:
             self._refuse("auth", "authentication failed: missing or wrong token")
         self._send(Frame("welcome", self.server.welcome()))
 
+    def _limits(self) -> FrameLimits:
+        """The largest request now: a little before a stage is open; then the stage's largest actions (or ids)."""
+        payload = 64 * 1024
+        if self.manager is not None:
+            chunk = self.manager.num_action_chunks or 4096  # null: any chunk length per call
+            payload += 4 * int(self.manager.num_envs) * int(chunk) * int(self.manager.action_dim) + 24 * int(self.manager.num_envs)
+        return FrameLimits(header=64 * 1024, payload=min(payload, self.server.options.max_payload))
+
     def _serve(self) -> None:
-        limits = FrameLimits(header=64 * 1024, payload=self.server.options.max_payload)
         while not self.server.stopping:
             try:
-                frame = read_frame(self.sock, limits, self.server.options.idle_timeout_s)
+                frame = read_frame(self.sock, self._limits(), self.server.options.idle_timeout_s)
             except WireError as exc:
                 if exc.fatal:
                     self._refuse(exc.code, str(exc), server_version=VERSION)
