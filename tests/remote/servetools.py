@@ -103,8 +103,9 @@ def serve(
     args: Sequence[str] = (),
     port: int = 0,
     wait: bool = True,
+    base: Sequence[str] = TOY,
 ) -> Served:
-    """Start ``envfleet serve`` on 127.0.0.1 with the toy config (``extra`` overrides); wait for its address."""
+    """Start ``envfleet serve`` on 127.0.0.1 with ``base`` (the toy config) and ``extra`` overrides; wait for its address."""
     config = tmp_path / "serve.yaml"
     if not config.exists():
         config.write_text("train:\n  simulator_type: toy\n")
@@ -117,7 +118,7 @@ def serve(
         with open(token_file, "w") as fh:
             fh.write(token + "\n")
         command += ["--token-file", token_file]
-    command += overrides(*extra)
+    command += [*base, *extra]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     served = Served(proc, "", token_file)
     found = threading.Event()

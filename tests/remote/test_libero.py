@@ -32,9 +32,7 @@ def _run(mgr) -> list:
 def test_libero_over_serve_is_bit_identical(tmp_path, no_leaks) -> None:
     with ProcessEnvManager(load_config(overrides=[*LIBERO, "rollout.pipeline_stage_num=1"])) as ref:
         want = _run(ref)
-    config = tmp_path / "serve.yaml"
-    config.write_text("train:\n  simulator_type: libero\n")
-    served = serve(tmp_path, *LIBERO)
+    served = serve(tmp_path, base=LIBERO)
     try:
         with RemoteEnvManager(served.address, token=TOKEN) as mgr:
             assert mgr.spec.name == "libero" and mgr.obs_spec["full_image"].shape == (64, 64, 3)

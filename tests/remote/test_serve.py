@@ -108,8 +108,8 @@ print("ready", flush=True); sys.stdin.read()
         assert len(served.shard_pids()) == 2
         client.send_signal(signal.SIGKILL)
         client.wait(10)
-        took = wait_for(lambda: not served.shard_pids(), 30, "the server frees a killed client's envs")
-        assert took < 30
+        took = wait_for(lambda: "freed" in served.log(), 30, "the server frees a killed client's envs")
+        assert took < 30 and not served.shard_pids()
         with RemoteEnvManager(served.address, token=TOKEN) as again:  # the stage is free for the next client
             again.reset_envs_to_state_ids(np.arange(4))
     finally:
