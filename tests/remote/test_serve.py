@@ -227,3 +227,28 @@ def test_a_request_over_the_stage_limit_is_refused_before_it_is_read(tmp_path, n
         wait_for(lambda: "freed" in served.log(), 10, "the stage freed")
     finally:
         served.stop()
+
+
+def test_offload_and_restore_over_the_wire_match_in_process(tmp_path, no_leaks) -> None:
+    def run(mgr) -> list:
+        mgr.start_simulator()
+        out = [mgr.reset_envs_to_state_ids(np.array([2, 9, 16, 23])), mgr.chunk_step(_actions(1))]
+        mgr.stop_simulator()  # offload: the shards save their state and exit
+        mgr.start_simulator()
+        out.append(mgr.chunk_step(_actions(2)))
+        return out
+
+    with ProcessEnvManager(local_cfg()) as ref:
+        want = run(ref)
+        supports = ref.supports_state
+    served = serve(tmp_path)
+    try:
+        mgr = RemoteEnvManager(served.address, token=TOKEN)
+        try:
+            got = run(mgr)
+            assert mgr.supports_state == supports
+        finally:
+            mgr.close()
+        assert_same_results(got, want)
+    finally:
+        served.stop()
