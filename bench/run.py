@@ -15,7 +15,9 @@ LIBERO envs per process: memory, first reset, speed, 64 envs), metaworld (MetaWo
 of 1 to 64 workers on a 5-node Ray cluster on this machine, and a lost node), faces (LIBERO through the
 gymnasium and TorchRL faces against the EnvWorker and against AsyncVectorEnv / ParallelEnv; runs in the
 venv of `nox -s tests-verl`, which has torchrl, when the bench venv has not), async (first-ready stepping against
-lockstep: the toy with heavy-tailed step costs, LIBERO with frequent auto-resets, TorchRL's AsyncEnvPool). Each prints a table and writes
+lockstep: the toy with heavy-tailed step costs, LIBERO with frequent auto-resets, TorchRL's AsyncEnvPool),
+remote (`envfleet serve` over loopback and TLS against the in-process manager, and LIBERO over it against the
+in-process worker). Each prints a table and writes
 docs/benchmarks/<section>.md, included by docs/benchmarks.md.
 """
 
@@ -40,6 +42,7 @@ SECTIONS = (
     "fleet",
     "faces",
     "async",
+    "remote",
 )
 
 # The sections and the modules they share (common, configs) are imported from bench/.

@@ -33,6 +33,7 @@ from .schema import check_missing, merge_into, reject_unknown_keys
 __all__ = [
     "InitParamsConfig",
     "VideoConfig",
+    "RemoteConfig",
     "EnvConfig",
     "RolloutConfig",
     "ModelConfig",
@@ -79,6 +80,18 @@ class VideoConfig:
 
 
 @dataclass
+class RemoteConfig:
+    """``train.remote`` (and ``val.remote``): a server started with ``envfleet serve`` (see docs/remote.md)."""
+
+    address: str | None = None  # host:port of an `envfleet serve`; null: run the simulators here, in shard processes
+    token_file: str | None = None  # a file holding the server's token (first line); null: no token (a loopback --insecure server)
+    tls: bool = False  # connect with TLS (the server was started with --tls-cert/--tls-key)
+    ca_file: str | None = None  # the CA (or self-signed certificate) to trust; null: the system's CAs. Implies tls
+    timeout_s: float | None = None  # deadline of one call; null: the server's step deadline plus 30 s
+    reconnect_s: float = 30.0  # how long a call keeps trying to reach a restarted server before it fails
+
+
+@dataclass
 class EnvConfig:
     """One env section (``train`` or ``val``). Keys verl has stay where verl has them."""
 
@@ -113,6 +126,7 @@ class EnvConfig:
     # The Python the stage's shard processes run under: a venv with envfleet core, the backend and its
     # simulator (see `envfleet venv`); null: the worker's own interpreter.
     simulator_python: str | None = None
+    remote: RemoteConfig = field(default_factory=RemoteConfig)  # a stage served by `envfleet serve` (docs/remote.md)
     init_params: InitParamsConfig = field(default_factory=InitParamsConfig)
     video_cfg: VideoConfig = field(default_factory=VideoConfig)
     # Accepted so that a verl env yaml loads; envfleet does not use them.

@@ -1,5 +1,5 @@
 """The ``envfleet`` command: assembles the subcommands of :mod:`envfleet_ray.commands` (``backends``, ``doctor``,
-``venv``, ``compare``, ``protocols`` and ``rollout``, the main job) and turns a failure into one line and an exit code."""
+``venv``, ``compare``, ``protocols``, ``serve`` and ``rollout``, the main job) and turns a failure into one line and an exit code."""
 
 from __future__ import annotations
 

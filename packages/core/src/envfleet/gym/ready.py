@@ -21,6 +21,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from ..errors import ConfigError, InvalidInputError
+from ..remote.config import in_process_manager
 from ..validation import as_env_ids
 from .infos import chunk_infos
 from .vector_env import EnvfleetVectorEnv
@@ -41,6 +42,11 @@ class EnvfleetFirstReadyVectorEnv(EnvfleetVectorEnv):
         if "autoreset_mode" in options:
             raise ValueError("EnvfleetFirstReadyVectorEnv has no autoreset_mode: the simulator resets finished envs (train.auto_reset)")
         super().__init__(config, autoreset_mode=AutoresetMode.SAME_STEP, **options)
+        try:
+            self._local = in_process_manager(self.manager, type(self).__name__)
+        except ConfigError:
+            self.close()
+            raise
         if not self.config[self.manager.mode].auto_reset:
             self.close()
             raise ConfigError(
@@ -59,7 +65,7 @@ class EnvfleetFirstReadyVectorEnv(EnvfleetVectorEnv):
         expected = (len(ids), *self._action_shape)
         if arr.shape != expected:
             raise InvalidInputError(f"actions must have shape {list(expected)} (one row per env of env_ids), got {list(arr.shape)}")
-        self.manager.send_chunk(ids, arr if self.step_mode == "chunk" else arr[:, None, :])
+        self._local.send_chunk(ids, arr if self.step_mode == "chunk" else arr[:, None, :])
 
     def step_wait(
         self, min_ready: int | None = None, timeout: float | None = None
@@ -68,8 +74,8 @@ class EnvfleetFirstReadyVectorEnv(EnvfleetVectorEnv):
         (every env in flight when None), or those done by ``timeout`` seconds; ``infos["env_ids"]`` names the rows."""
         self._check_open()
         if min_ready is None:
-            min_ready = sum(s.shard.num_envs for s in self.manager.first_ready.slots if s.phase.value != "idle")
-        result = self.manager.recv_chunk(min_ready, timeout)
+            min_ready = sum(s.shard.num_envs for s in self._local.first_ready.slots if s.phase.value != "idle")
+        result = self._local.recv_chunk(min_ready, timeout)
         rewards = result.rewards.astype(np.float64).sum(axis=1)
         terminated = result.terminations[:, -1].copy()
         if self.ignore_terminations:

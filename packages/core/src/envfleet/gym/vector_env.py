@@ -37,7 +37,7 @@ from ..env import ObservationSpec
 from ..errors import ConfigError, InvalidInputError
 from ..faces import StateWalk, as_config
 from ..plugins import BackendSpec
-from ..shards.manager import ProcessEnvManager
+from ..remote.config import build_manager
 from .infos import chunk_infos, masked_infos, merge_infos, object_column
 
 __all__ = ["STEP_MODES", "EnvfleetVectorEnv", "make_vector_env"]
@@ -118,7 +118,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         self.config = cfg
         self.render_mode = render_mode
         self.ignore_terminations = bool(env_cfg.ignore_terminations)
-        self.manager = ProcessEnvManager(cfg, stage_id=stage_id, mode=mode, backend=backend)
+        self.manager = build_manager(cfg, stage_id=stage_id, mode=mode, backend=backend)
         self.num_envs = self.manager.num_envs
         self.chunk = self.manager.chunk
         self.action_dim = self.manager.action_dim

@@ -25,7 +25,7 @@ from torchrl.envs import EnvBase
 from ..errors import ConfigError, InvalidInputError
 from ..faces import StateWalk, as_config
 from ..plugins import BackendSpec
-from ..shards.manager import ProcessEnvManager
+from ..remote.config import build_manager
 
 __all__ = ["EnvfleetEnv", "make_env"]
 
@@ -53,7 +53,7 @@ class EnvfleetEnv(EnvBase):  # type: ignore[misc]
             raise ConfigError(f'{mode}.auto_reset is true, but TorchRL resets envs itself ("_reset"): set {mode}.auto_reset: false')
         if self.simulator_resets and not cfg[mode].auto_reset:
             raise ConfigError(f"{type(self).__name__} needs {mode}.auto_reset: true (finished envs reset in their own process)")
-        manager = ProcessEnvManager(cfg, stage_id=stage_id, mode=mode, backend=backend)
+        manager = build_manager(cfg, stage_id=stage_id, mode=mode, backend=backend)
         n = manager.num_envs
         super().__init__(batch_size=torch.Size([n]), device="cpu")
         self.manager = manager

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from ..errors import InvalidInputError
+from ..errors import ConfigError, InvalidInputError
+from ..remote.config import in_process_manager
 from .env import EnvfleetEnv
 
 __all__ = ["EnvfleetFirstReadyEnv"]
@@ -43,6 +44,11 @@ class EnvfleetFirstReadyEnv(EnvfleetEnv):
 
     def __init__(self, config: Any, *, mode: str = "train", stage_id: int = 0, **options: Any) -> None:
         super().__init__(config, step="chunk", mode=mode, stage_id=stage_id, **options)
+        try:
+            self._local = in_process_manager(self.manager, type(self).__name__)
+        except ConfigError:
+            self.close()
+            raise
         self._sent: dict[int, torch.Tensor] = {}
 
     def async_step_send(self, tensordict: TensorDictBase, env_index: int | list[int] | None = None) -> None:
@@ -54,13 +60,13 @@ class EnvfleetFirstReadyEnv(EnvfleetEnv):
         ids = _as_ids(env_index)
         action = tensordict.get("action").detach().cpu()
         action = action.reshape(len(ids), *action.shape[-2:])
-        self.manager.send_chunk(np.asarray(ids, dtype=np.int64), action.numpy())
+        self._local.send_chunk(np.asarray(ids, dtype=np.int64), action.numpy())
         for row, env in enumerate(ids):
             self._sent[env] = action[row]
 
     def async_step_recv(self, min_get: int = 1) -> TensorDictBase:
         """The first envs done (at least ``min_get``, whole shards): ``"env_index"``, ``"action"`` and ``"next"``."""
-        result = self.manager.recv_chunk(int(min_get))
+        result = self._local.recv_chunk(int(min_get))
         ids = result.env_ids.tolist()
         terminated = torch.from_numpy(result.terminations[:, -1:].copy())
         if self.ignore_terminations:

@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = ["UsageError", "NAMES"]
 
 #: The subcommands, in the order ``envfleet --help`` lists them (each a module of this package).
-NAMES = ("backends", "doctor", "venv", "compare", "protocols", "rollout")
+NAMES = ("backends", "doctor", "venv", "compare", "protocols", "serve", "rollout")
 
 
 class UsageError(Exception):

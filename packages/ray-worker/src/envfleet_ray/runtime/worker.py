@@ -39,6 +39,7 @@ from envfleet.errors import InvalidInputError, SimulatorStoppedError
 from envfleet.fingerprint import fingerprint, protocol
 from envfleet.options import Mode
 from envfleet.plugins import get_backend
+from envfleet.remote import build_manager
 
 from .batch import OBS_KEYS, create_env_batch_dataproto, env_batch_dataproto, put_tensor_cpu
 from .metrics import EpisodeMetrics
@@ -105,7 +106,9 @@ class EnvWorker:
         mode = self._mode(mode=mode)
         if mode not in self._stages:
             self._stages[mode] = [
-                StageState(ProcessEnvManager(self.cfg, stage_id=s, rank=self.rank, mode=mode)) for s in range(self.stage_num)
+                # A RemoteEnvManager when {mode}.remote.address is set: the same surface as ProcessEnvManager.
+                StageState(build_manager(self.cfg, stage_id=s, rank=self.rank, mode=mode))  # type: ignore[arg-type]
+                for s in range(self.stage_num)
             ]
         return [stage.manager for stage in self._stages[mode]]
 
@@ -409,6 +412,9 @@ class EnvWorker:
             except Exception as exc:  # a renderer we cannot describe is part of the record too
                 renderer = {"error": f"{type(exc).__name__}: {exc}"}
         section = self.cfg[mode]
+        if managers and hasattr(managers[0], "protocol"):  # a remote stage: the server's backend, versions and renderer
+            with self._stage_locks[0]:
+                return dict(managers[0].protocol())
         return protocol(section, get_backend(str(section.simulator_type)), renderer)
 
     def __del__(self) -> None:  # the managers clean up on GC too; this makes it prompt

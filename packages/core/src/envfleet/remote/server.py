@@ -1,0 +1,246 @@
+"""``EnvServer``: the stages of one config behind a TCP (optionally TLS) socket.
+
+Each accepted connection is a :class:`~envfleet.remote.session.Session` on a thread of its
+own. A stage (mode, stage id, rank) is held by one session at a time: a second client that
+asks for a held stage gets a ``busy`` error, and the stage is freed (its shard processes
+stopped, its shared memory unlinked) as soon as its session ends. docs/remote.md describes
+the protocol; ``envfleet serve`` is the command that runs this.
+
+>>> server = EnvServer(cfg, ServeOptions(port=0, token=b"s3cret"))   # doctest: +SKIP
+>>> server.start(); print(server.address)                           # doctest: +SKIP
+>>> server.stop()                                                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig
+
+from .session import Session
+from .wire import VERSION, error_frame, write_frame
+
+__all__ = ["EnvServer", "ServeOptions", "is_loopback"]
+
+log = logging.getLogger("envfleet.remote.server")
+
+
+@dataclass
+class ServeOptions:
+    """How a server listens and what it bounds."""
+
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: any free port (the address says which)
+    token: bytes | None = None  # None: no authentication (loopback only, with --insecure)
+    ssl_context: ssl.SSLContext | None = None
+    max_connections: int = 16  # open connections at once, authenticated or not; more are refused
+    auth_timeout_s: float = 10.0  # a connection that has not authenticated by then is closed
+    idle_timeout_s: float = 3600.0  # a session with no request for this long is closed and its stage freed
+    send_timeout_s: float = 60.0  # a reply the client does not take within this long ends its session
+    max_payload: int = 256 * 1024 * 1024  # a cap on the largest request payload; the open stage's actions set the usual one
+    max_ranks: int = 64  # ranks a client may name (each rank's stage is its own set of envs)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (127.0.0.0/8, ::1, ``localhost``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class EnvServer:
+    """Serves the stages of ``cfg`` (from :func:`~envfleet.config.load_config`).
+
+    :param cfg: the loaded config; each session builds its stage's manager from it.
+    :param options: where to listen and the limits.
+    :param manager_factory: ``(cfg, stage_id=, rank=, mode=) -> manager``;
+        :class:`~envfleet.shards.manager.ProcessEnvManager` by default.
+    """
+
+    def __init__(self, cfg: DictConfig, options: ServeOptions, manager_factory: Callable[..., Any] | None = None) -> None:
+        if manager_factory is None:
+            from ..shards.manager import ProcessEnvManager
+
+            manager_factory = ProcessEnvManager
+        self.cfg = cfg
+        self.options = options
+        self.manager_factory = manager_factory
+        self.stage_num = int(cfg.rollout.pipeline_stage_num)
+        self.stopping = False
+        self._lock = threading.Lock()
+        self._held: dict[tuple[str, int, int], Session] = {}
+        self._sessions: dict[Session, threading.Thread] = {}
+        self._listener: socket.socket | None = None
+        self._accept_thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Bind and start accepting connections (in a background thread)."""
+        family = socket.AF_INET6 if ":" in self.options.host else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((self.options.host, self.options.port))
+        listener.listen(64)
+        self._listener = listener
+        self._accept_thread = threading.Thread(target=self._accept_loop, name="envfleet-serve-accept", daemon=True)
+        self._accept_thread.start()
+        log.info("serving %s on %s (wire version %d, tls %s)", self.cfg.train.simulator_type, self.address, VERSION, self.tls)
+
+    @property
+    def tls(self) -> bool:
+        """Whether connections are TLS."""
+        return self.options.ssl_context is not None
+
+    @property
+    def address(self) -> str:
+        """``host:port`` the server listens on."""
+        assert self._listener is not None, "start() first"
+        host, port = self._listener.getsockname()[:2]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop accepting, end every session and free every stage. Safe to call twice."""
+        self.stopping = True
+        if self._listener is not None:
+            try:  # shutdown wakes the thread blocked in accept(); close alone does not, on Linux
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._listener.close()
+        with self._lock:
+            sessions = dict(self._sessions)
+        for session in sessions:
+            try:
+                session.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for session, thread in sessions.items():
+            thread.join(timeout)
+            session.release()
+        if self._accept_thread is not None:
+            self._accept_thread.join(timeout)
+
+    # ------------------------------------------------------------------ connections
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        while not self.stopping:
+            try:
+                sock, peer_addr = self._listener.accept()
+            except OSError:
+                return  # the listener was closed: stop() was called
+            peer = f"{peer_addr[0]}:{peer_addr[1]}"
+            self._tune(sock)
+            with self._lock:
+                full = len(self._sessions) >= self.options.max_connections
+            if full:
+                log.warning("client %s: refused: %d connections already open", peer, self.options.max_connections)
+                self._turn_away(sock, f"the server has {self.options.max_connections} connections open; try again later")
+                continue
+            if self.options.ssl_context is not None:
+                try:
+                    sock = self.options.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                except (ssl.SSLError, OSError) as exc:
+                    log.warning("client %s: refused: TLS setup failed (%s)", peer, exc)
+                    sock.close()
+                    continue
+            session = Session(self, sock, peer)
+            thread = threading.Thread(target=self._run, args=(session,), name=f"envfleet-serve-{peer}", daemon=True)
+            with self._lock:
+                self._sessions[session] = thread
+            thread.start()
+
+    def _run(self, session: Session) -> None:
+        try:
+            session.run()
+        finally:
+            with self._lock:
+                self._sessions.pop(session, None)
+
+    @staticmethod
+    def _tune(sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # A peer that vanishes without closing (a host powered off) is noticed within about a minute.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+            if hasattr(socket, name):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+
+    def _turn_away(self, sock: socket.socket, message: str) -> None:
+        if self.options.ssl_context is None:  # over TLS the client could not read a plain frame
+            try:
+                sock.settimeout(1.0)
+                write_frame(sock, error_frame("busy", message, fatal=True))
+            except OSError:
+                pass
+        sock.close()
+
+    # ------------------------------------------------------------------ stages
+    def hold(self, key: tuple[str, int, int], session: Session) -> Session | None:
+        """Give ``key`` to ``session``; the session that holds it already, if another does."""
+        with self._lock:
+            holder = self._held.get(key)
+            if holder is not None and holder is not session:
+                return holder
+            self._held[key] = session
+            return None
+
+    def release(self, key: tuple[str, int, int] | None, session: Session) -> None:
+        """``session`` no longer holds ``key``."""
+        with self._lock:
+            if key is not None and self._held.get(key) is session:
+                del self._held[key]
+
+    def held(self) -> dict[tuple[str, int, int], str]:
+        """The stages held now, each with its client's address (for tests and logs)."""
+        with self._lock:
+            return {key: session.peer for key, session in self._held.items()}
+
+    def welcome(self) -> dict[str, Any]:
+        """The fields of the ``welcome`` message."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            envfleet_version = version("envfleet")
+        except PackageNotFoundError:
+            envfleet_version = "unknown"
+        return {
+            "wire_version": VERSION,
+            "envfleet_version": envfleet_version,
+            "simulator_type": str(self.cfg.train.simulator_type),
+            "stages": self.stage_num,
+            "modes": [m for m in ("train", "val") if self.cfg.get(m) is not None],
+        }
+
+    @staticmethod
+    def stage_facts(manager: Any) -> dict[str, Any]:
+        """The fields of the ``opened`` message: the stage's sizes, observation spec and backend facts."""
+        spec = manager.spec
+        return {
+            "num_envs": int(manager.num_envs),
+            "action_dim": int(manager.action_dim),
+            "num_action_chunks": manager.num_action_chunks,
+            "obs_spec": {name: [list(s.shape), str(s.dtype)] for name, s in manager.obs_spec.items()},
+            "supports_state": None,  # known once the shards run; see 'started'
+            "step_timeout_s": float(manager.step_timeout_s),
+            "reset_timeout_s": float(manager.reset_timeout_s),
+            "start_timeout_s": float(manager.start_timeout_s),
+            "backend": {
+                "name": str(spec.name),
+                "package": None if spec.package is None else str(spec.package),
+                "implements": sorted(str(k) for k in spec.implements),
+                "action_dim": spec.action_dim,
+                "result_packages": [str(p) for p in spec.result_packages],
+                "renderer": spec.renderer,
+                "description": str(getattr(spec, "description", "") or ""),
+            },
+        }

@@ -1,0 +1,238 @@
+"""The network wire of ``envfleet serve``: length-prefixed frames, a JSON header and raw array bytes.
+
+A frame is a 16-byte prefix, a UTF-8 JSON object (the header) and a payload::
+
+    prefix  = magic b"EFRM" | version u16 | reserved u16 (0) | header length u32 | payload length u32   (big-endian)
+    header  = {"type": str, "arrays": [[name, dtype, shape], ...], ...message fields}
+    payload = the arrays' bytes, C order, little-endian, one after another, no padding
+
+Nothing is unpickled: an array is rebuilt from its dtype name (one of :data:`DTYPES`), its
+shape and its bytes, and the lengths must add up to the payload length exactly. Every
+length is checked against a limit before anything is allocated. docs/remote.md gives every
+message; :class:`Frame` and :func:`read_frame` / :func:`write_frame` are the whole codec.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import struct
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import EnvFleetError
+
+__all__ = [
+    "VERSION",
+    "MAGIC",
+    "DTYPES",
+    "Frame",
+    "FrameLimits",
+    "WireError",
+    "read_frame",
+    "write_frame",
+    "encode_frame",
+]
+
+VERSION = 1
+MAGIC = b"EFRM"
+_PREFIX = struct.Struct("!4sHHII")
+PREFIX_SIZE = _PREFIX.size
+MAX_NDIM = 8
+MAX_ARRAYS = 256
+
+#: The dtypes an array may have on the wire (all little-endian where it matters).
+DTYPES: dict[str, np.dtype[Any]] = {
+    name: np.dtype(name).newbyteorder("<")
+    for name in ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64", "float16", "float32", "float64")
+}
+
+
+class WireError(EnvFleetError, ValueError):
+    """A frame that breaks the wire's rules: its ``code`` (see docs/remote.md) and what was wrong.
+
+    ``fatal`` says whether the stream can go on (a bad field) or not (a bad prefix, a
+    truncated frame: the next frame's start is unknown).
+    """
+
+    def __init__(self, code: str, message: str, fatal: bool = True) -> None:
+        super().__init__(message)
+        self.code = code
+        self.fatal = fatal
+
+
+@dataclass(frozen=True)
+class FrameLimits:
+    """The largest header and payload a reader accepts, in bytes."""
+
+    header: int = 64 * 1024
+    payload: int = 1 << 30
+
+
+@dataclass
+class Frame:
+    """One message: its header fields (``type`` among them) and its named arrays."""
+
+    type: str
+    fields: dict[str, Any] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A header field, or ``default``."""
+        return self.fields.get(key, default)
+
+
+def encode_frame(frame: Frame, version: int = VERSION) -> list[bytes | memoryview]:
+    """``frame`` as the pieces to write, in order: prefix and header, then each array's bytes."""
+    specs: list[list[Any]] = []
+    pieces: list[bytes | memoryview] = []
+    total = 0
+    for name, value in frame.arrays.items():
+        arr = np.ascontiguousarray(value)
+        wire = DTYPES.get(arr.dtype.name)
+        if wire is None:
+            raise WireError("internal", f"array {name!r} has dtype {arr.dtype}, which the wire does not carry (one of {sorted(DTYPES)})")
+        if arr.dtype != wire:
+            arr = arr.astype(wire)
+        specs.append([name, arr.dtype.name, list(arr.shape)])
+        pieces.append(memoryview(arr).cast("B") if arr.nbytes else b"")  # type: ignore[arg-type]
+        total += arr.nbytes
+    header = json.dumps({**frame.fields, "type": frame.type, "arrays": specs}, separators=(",", ":")).encode()
+    return [_PREFIX.pack(MAGIC, version, 0, len(header), total) + header, *pieces]
+
+
+def write_frame(sock: socket.socket, frame: Frame, version: int = VERSION) -> None:
+    """Write ``frame`` to ``sock`` (small pieces joined, large ones sent as they are: no copy)."""
+    pending: list[bytes | memoryview] = []
+    size = 0
+    for piece in encode_frame(frame, version):
+        if len(piece) >= 1 << 16:
+            if pending:
+                sock.sendall(b"".join(pending))
+                pending, size = [], 0
+            sock.sendall(piece)
+        else:
+            pending.append(piece)
+            size += len(piece)
+    if pending:
+        sock.sendall(b"".join(pending))
+
+
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None, started: bool) -> Any:
+    # np.empty, not bytearray(n): no zero-fill of a buffer that recv_into overwrites whole.
+    buf = np.empty(n, dtype=np.uint8)
+    view = memoryview(buf)  # type: ignore[arg-type]
+    got = 0
+    while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no complete frame within the deadline ({got} of {n} bytes read)")
+            sock.settimeout(left)
+        count = sock.recv_into(view[got:], n - got)
+        if count == 0:
+            if got == 0 and not started:
+                raise EOFError("the peer closed the connection")
+            raise WireError("truncated", f"the frame was cut short: {got} of {n} bytes arrived before the connection closed")
+        got += count
+        started = True
+    return buf
+
+
+def read_frame(sock: socket.socket, limits: FrameLimits, timeout: float | None = None) -> Frame:
+    """Read one frame from ``sock`` within ``timeout`` seconds (None: wait for ever).
+
+    :raises EOFError: the peer closed before a frame began.
+    :raises TimeoutError: the frame did not arrive (whole) in time.
+    :raises WireError: the frame breaks a rule; ``code`` says which (``version``,
+        ``frame``, ``truncated``, ``header``, ``array``).
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    prefix = _recv_exact(sock, PREFIX_SIZE, deadline, started=False)
+    magic, version, reserved, header_len, payload_len = _PREFIX.unpack(prefix.tobytes())
+    if magic != MAGIC:
+        raise WireError("frame", f"not an envfleet frame: it starts with {bytes(magic)!r}, expected {MAGIC!r}")
+    if version != VERSION:
+        raise WireError("version", f"the peer speaks wire version {version}; this end speaks version {VERSION} only")
+    if reserved != 0:
+        raise WireError("frame", f"the reserved prefix field is {reserved}, expected 0")
+    if header_len > limits.header:
+        raise WireError("frame", f"header of {header_len} bytes, over the limit of {limits.header}")
+    if payload_len > limits.payload:
+        raise WireError("frame", f"payload of {payload_len} bytes, over the limit of {limits.payload}")
+    header_raw = _recv_exact(sock, header_len, deadline, started=True)
+    payload = _recv_exact(sock, payload_len, deadline, started=True) if payload_len else np.empty(0, np.uint8)
+    return decode(header_raw.tobytes(), payload)
+
+
+def decode(header_raw: bytes | bytearray, payload: Any) -> Frame:
+    """A frame from its header bytes and payload; the arrays are views of ``payload``.
+
+    :raises WireError: a header that is not a JSON object with a string ``type`` and a valid
+        ``arrays`` list, or arrays whose sizes do not add up to the payload (not fatal: the
+        frame was read whole, so the stream can go on).
+    """
+    try:
+        header = json.loads(bytes(header_raw).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise WireError("header", f"the header is not UTF-8 JSON: {exc}", fatal=False) from None
+    if not isinstance(header, dict):
+        raise WireError("header", f"the header must be a JSON object, got {type(header).__name__}", fatal=False)
+    kind = header.pop("type", None)
+    if not isinstance(kind, str) or not kind:
+        raise WireError("header", f"the header's 'type' must be a non-empty string, got {kind!r}", fatal=False)
+    specs = header.pop("arrays", [])
+    arrays = _arrays(specs, payload)
+    return Frame(kind, header, arrays)
+
+
+def _arrays(specs: Any, payload: Any) -> dict[str, np.ndarray]:
+    if not isinstance(specs, list) or len(specs) > MAX_ARRAYS:
+        raise WireError("array", f"'arrays' must be a list of at most {MAX_ARRAYS} [name, dtype, shape] entries", fatal=False)
+    arrays: dict[str, np.ndarray] = {}
+    offset = 0
+    for spec in specs:
+        if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str) and isinstance(spec[1], str)):
+            raise WireError("array", f"an array entry must be [name, dtype, shape], got {str(spec)[:80]}", fatal=False)
+        name, dtype_name, shape = spec
+        dtype = DTYPES.get(dtype_name)
+        if dtype is None:
+            raise WireError("array", f"array {name[:64]!r}: dtype {dtype_name[:32]!r} is not one of {sorted(DTYPES)}", fatal=False)
+        if (
+            not isinstance(shape, list)
+            or len(shape) > MAX_NDIM
+            or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 31 for d in shape)
+        ):
+            raise WireError(
+                "array", f"array {name[:64]!r}: shape must be a list of at most {MAX_NDIM} sizes >= 0, got {str(shape)[:80]}", fatal=False
+            )
+        if name in arrays:
+            raise WireError("array", f"array {name[:64]!r} appears twice", fatal=False)
+        nbytes = math.prod(shape) * dtype.itemsize
+        if offset + nbytes > len(payload):
+            raise WireError("array", f"array {name[:64]!r} of {nbytes} bytes runs past the payload's {len(payload)} bytes", fatal=False)
+        arrays[name] = payload[offset : offset + nbytes].view(dtype).reshape(shape)
+        offset += nbytes
+    if offset != len(payload):
+        raise WireError("array", f"the arrays take {offset} bytes but the payload has {len(payload)}", fatal=False)
+    return arrays
+
+
+def error_frame(code: str, message: str, fatal: bool = False, **extra: Any) -> Frame:
+    """An ``error`` message: its ``code``, a ``message`` for people, and whether the server closes after it."""
+    return Frame("error", {"code": code, "message": message, "fatal": fatal, **extra})
+
+
+def arrays_with_prefix(frame: Frame, prefix: str) -> dict[str, np.ndarray]:
+    """The frame's arrays whose names start with ``prefix``, by the rest of their name."""
+    return {name[len(prefix) :]: value for name, value in frame.arrays.items() if name.startswith(prefix)}
+
+
+def prefixed(prefix: str, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """``arrays`` under names ``prefix + name`` (numeric arrays only; see :data:`DTYPES`)."""
+    return {prefix + name: np.asarray(value) for name, value in arrays.items()}
