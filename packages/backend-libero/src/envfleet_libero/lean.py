@@ -27,8 +27,9 @@ observable's ``update`` at every sub-step, a sampling clock (``_time_since_last_
 ``_sampled``, ``_current_delay``) and, at the sub-step it samples, the sensor. The step
 hands out a few observations only (the 8-dim state's three and the cameras'): those keep
 robosuite's ``update`` at every sub-step. Every other observable whose clock equals one of
-theirs at the step's start (the same sampling period, robosuite's ``NO_DELAY``) gets that
-clock copied at the step's end: the clock's arithmetic never depends on a sensor's value, so
+theirs at the step's start (the same sampling period, robosuite's ``NO_DELAY``; and
+``NO_CORRUPTION``, ``NO_FILTER``: a noisy corrupter would draw from NumPy's global RNG, which
+places the next reset's fixtures, and a filter keeps state) gets that clock copied at the step's end: the clock's arithmetic never depends on a sensor's value, so
 its clock ends where robosuite's would. Their sensors are not evaluated, so their values and
 ``_obs_cache`` entries are those of the last full update (a reset updates every observable);
 like the images of steps that are not rendered, they are never handed out.
@@ -45,7 +46,8 @@ import numpy as np
 
 __all__ = ["OscSubstep", "ObservableClocks", "lean_refusal"]
 
-_clip = np._core.umath.clip
+# The ufunc np.clip(a, low, high) ends in (numpy/_core/_methods.py's _clip), without the Python on the way.
+_clip: Any = np._core.umath.clip  # type: ignore[attr-defined]
 
 
 def _span(index: np.ndarray) -> slice | None:
@@ -230,12 +232,12 @@ class ObservableClocks:
 
     def begin(self) -> bool:
         """Pair every other enabled observable with a read one on the same clock; ``False``: run robosuite's update."""
-        from robosuite.utils.observables import NO_DELAY
+        from robosuite.utils.observables import NO_CORRUPTION, NO_DELAY, NO_FILTER
 
         observables = self.renv._observables
         read = [observables[k] for k in self.keys]
         self.read = [ob for ob in read if ob._enabled]
-        clocks = {}
+        clocks: dict[tuple[float, bool, float, float], Any] = {}
         for ob in self.read:
             if ob._delayer is NO_DELAY:
                 clocks.setdefault((ob._time_since_last_sample, ob._sampled, ob._current_delay, ob._sampling_timestep), ob)
@@ -244,7 +246,8 @@ class ObservableClocks:
             if not ob._enabled or name in self.keys:
                 continue
             twin = clocks.get((ob._time_since_last_sample, ob._sampled, ob._current_delay, ob._sampling_timestep))
-            if twin is None or ob._delayer is not NO_DELAY:
+            # A corrupter with noise draws from NumPy's global RNG, a filter keeps state: those must run.
+            if twin is None or ob._delayer is not NO_DELAY or ob._corrupter is not NO_CORRUPTION or ob._filter is not NO_FILTER:
                 return False
             twins.append((ob, twin))
         self.twins = twins
