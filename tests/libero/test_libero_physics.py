@@ -93,6 +93,15 @@ def run_backend(suite: str, state_ids: list[int], actions: np.ndarray) -> dict[s
             "one_scene": all(sim.scene is sims[0].scene for sim in sims),
             "renderer": env.renderer_info(),
         }
+        # Observables whose clocks cannot be carried (here a noisy corrupter, which draws from the global
+        # RNG) make the step run robosuite's update of every observable.
+        from robosuite.utils.observables import NO_CORRUPTION, create_gaussian_noise_corrupter
+
+        clocks, joint_pos = sims[1]._fast._clocks, sims[1].renv._observables["robot0_joint_pos"]
+        out["clocks"] = [clocks.begin()]
+        joint_pos.set_corrupter(create_gaussian_noise_corrupter(0.0, 0.01))
+        out["clocks"].append(clocks.begin())
+        joint_pos.set_corrupter(NO_CORRUPTION)
         # The fallback: a model whose integrator the split does not implement gets LIBERO's loop, said so.
         import mujoco
 
@@ -170,6 +179,7 @@ def test_fast_loop_equals_libero_alone(
         np.testing.assert_array_equal(
             ours["mj_state"][j], ref.mj_state, err_msg=f"{suite} task {task} env {j}: mjSTATE_INTEGRATION differs after {CHUNKS} chunks"
         )
+    assert ours["clocks"] == [True, False], "a noisy corrupter must make the step update every observable"
     rk4 = ours["rk4"]
     assert not rk4["fast"] and "mjINT_RK4" in rk4["refusal"]
     assert rk4["renderer"]["physics"].startswith("libero step loop"), "the fallback is part of the fingerprint"
