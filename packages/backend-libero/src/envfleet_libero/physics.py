@@ -12,10 +12,14 @@ and constraints and integrates. :class:`FastStep` runs that loop:
   loop does: the step reads the eef force-torque sensors, which MuJoCo computes in the
   acceleration stage, before the new controls exist;
 - every other sub-step starts with ``mj_step1``;
-- then the env's own ``_pre_action`` (robosuite's controller and gripper code,
-  unchanged) with ``sim.forward`` made a no-op: position and velocity are already
-  computed, and the controller reads nothing else;
-- then ``mj_step2`` and the env's own ``_update_observables``.
+- then, on the policy step, the env's own ``_pre_action`` (robosuite's controller and
+  gripper code, unchanged) with ``sim.forward`` made a no-op: position and velocity are
+  already computed, and the controller reads nothing else; on the other sub-steps the
+  same arithmetic through :class:`.lean.OscSubstep` (robosuite's ``_pre_action`` where
+  :func:`.lean.lean_refusal` names a reason);
+- then ``mj_step2`` and the observables' update: robosuite's for the observables the
+  step returns, the others' clocks carried (:class:`.lean.ObservableClocks`), or the
+  env's own ``_update_observables`` where the clocks cannot be carried.
 
 Why it is identical: ``mj_forward`` is ``mj_step1``'s stages followed by
 ``mj_step2``'s without the integration, and ``mj_step`` is ``mj_forward`` followed by
