@@ -42,7 +42,7 @@ import pytest
 
 from envfleet.errors import ConfigError
 
-from .reference import Reference, integration_state, libero_cfg, random_actions, run_alone, suite_bench
+from .reference import Reference, directed_actions, integration_state, libero_cfg, random_actions, run_alone, suite_bench
 
 SEED = 42
 SETTLE = 4
@@ -161,7 +161,9 @@ def test_fast_loop_equals_libero_alone(
     pool, backend = pools
     b = suite_bench(suite)
     first_id = sum(len(b.get_task_init_states(t)) for t in range(task))
-    actions = np.stack([random_actions(7919 * j + 1000 * task + trial, CHUNKS, CHUNK) for j, trial in enumerate(trials)])
+    # LIBERO-PRO's case: one direction per chunk (a pure random walk of 12 steps can leave an arm in place).
+    draw = directed_actions if suite.endswith("_swap") else random_actions
+    actions = np.stack([draw(7919 * j + 1000 * task + trial, CHUNKS, CHUNK) for j, trial in enumerate(trials)])
     refs = [pool.submit(run_libero_alone, suite, task, trial, actions[j]) for j, trial in enumerate(trials)]
     ours = backend.submit(run_backend, suite, [first_id + t for t in trials], actions).result()
     n = len(trials)
