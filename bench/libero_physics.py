@@ -2,10 +2,12 @@
 
     python bench/libero_physics.py REPS STEPS
 
-Two ``LiberoSim`` of libero_spatial task 0 in this process, on one shared scene, one with
-``physics="fast"`` and one with ``physics="libero"``, reset to the same state and given
-the same random actions; the fast one also evaluates the success predicate after each
-step, which LIBERO's ``env.step`` does itself (its ``done``). No camera is rendered (the observables' clocks run as always).
+Three ``LiberoSim`` of libero_spatial task 0 in this process, on one shared scene: ``fast``
+(``physics="fast"``: the lean sub-steps), ``split`` (the same loop with robosuite's own
+controller and observables in every sub-step, the fast loop before the lean sub-steps) and
+``libero`` (``physics="libero"``), reset to the same state and given the same random actions;
+the fast ones also evaluate the success predicate after each step, which LIBERO's
+``env.step`` does itself (its ``done``). No camera is rendered (the observables' clocks run as always).
 The two are stepped in alternating blocks of STEPS env steps, REPS blocks each, so that
 the machine's load hits both alike. Prints JSON: per variant the seconds per env step of
 each block.
@@ -25,9 +27,14 @@ def main() -> None:
     reps, steps = int(sys.argv[1]), int(sys.argv[2])
     os.environ.setdefault("MUJOCO_GL", "egl")
     from envfleet_libero.env import LiberoSim, SuiteIndex
+    from envfleet_libero.physics import FastStep
 
     task = SuiteIndex("libero_spatial").tasks[0]
-    sims = {name: LiberoSim(task, ["agentview", "robot0_eye_in_hand"], 128, 128, physics=name) for name in ("fast", "libero")}
+    cams = ["agentview", "robot0_eye_in_hand"]
+    sims = {name: LiberoSim(task, cams, 128, 128, physics="libero" if name == "libero" else "fast") for name in ("fast", "split", "libero")}
+    split = sims["split"]
+    assert split._fast is not None
+    split._fast = FastStep(split.renv, split._fast.keys, lean=False)
     for sim in sims.values():
         sim.reset(task.init_states[0], seed=42, settle_steps=10, render_all=False, render_final=False)
     rng = np.random.default_rng(0)
@@ -38,11 +45,12 @@ def main() -> None:
             t0 = time.perf_counter()
             for action in actions:
                 sim.step(action, render=False)
-                if name == "fast":
+                if name != "libero":
                     sim.check_success()  # LIBERO's env.step evaluates it already (its done)
             if rep:
                 times[name].append((time.perf_counter() - t0) / steps)
-    same = np.array_equal(sims["fast"].snapshot()["mj_state"], sims["libero"].snapshot()["mj_state"])
+    own = sims["libero"].snapshot()["mj_state"]
+    same = all(np.array_equal(sims[name].snapshot()["mj_state"], own) for name in ("fast", "split"))
     for sim in sims.values():
         sim.close()
     print(json.dumps({"seconds_per_step": times, "same_state": bool(same)}))

@@ -124,6 +124,8 @@ class LiberoEnv(BatchedEnv):
             info.update(sim.gl_strings())
             if sim.fast_refusal is not None:
                 info["physics"] = f"libero step loop ({sim.fast_refusal})"
+            elif sim.lean_refusal is not None:
+                info["physics"] = f"fast step loop, robosuite's controller ({sim.lean_refusal})"
         return info
 
     def task_description(self, task_id: int) -> str:

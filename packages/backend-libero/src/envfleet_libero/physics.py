@@ -12,10 +12,14 @@ and constraints and integrates. :class:`FastStep` runs that loop:
   loop does: the step reads the eef force-torque sensors, which MuJoCo computes in the
   acceleration stage, before the new controls exist;
 - every other sub-step starts with ``mj_step1``;
-- then the env's own ``_pre_action`` (robosuite's controller and gripper code,
-  unchanged) with ``sim.forward`` made a no-op: position and velocity are already
-  computed, and the controller reads nothing else;
-- then ``mj_step2`` and the env's own ``_update_observables``.
+- then, on the policy step, the env's own ``_pre_action`` (robosuite's controller and
+  gripper code, unchanged) with ``sim.forward`` made a no-op: position and velocity are
+  already computed, and the controller reads nothing else; on the other sub-steps the
+  same arithmetic through :class:`.lean.OscSubstep` (robosuite's ``_pre_action`` where
+  :func:`.lean.lean_refusal` names a reason);
+- then ``mj_step2`` and the observables' update: robosuite's for the observables the
+  step returns, the others' clocks carried (:class:`.lean.ObservableClocks`), or the
+  env's own ``_update_observables`` where the clocks cannot be carried.
 
 Why it is identical: ``mj_forward`` is ``mj_step1``'s stages followed by
 ``mj_step2``'s without the integration, and ``mj_step`` is ``mj_forward`` followed by
@@ -103,11 +107,17 @@ class FastStep:
         read). ``None``, or a key that is not an enabled, active observable: all of them.
     """
 
-    def __init__(self, renv: Any, keys: tuple[str, ...] | None = None) -> None:
+    def __init__(self, renv: Any, keys: tuple[str, ...] | None = None, lean: bool = True) -> None:
+        from .lean import ObservableClocks, OscSubstep, lean_refusal
+
         self.renv = renv
         observables = renv._observables
         ok = keys is not None and all(k in observables and observables[k].is_enabled() and observables[k].is_active() for k in keys)
         self.keys = keys if ok else None
+        #: Why the sub-steps run robosuite's controller rather than :class:`.lean.OscSubstep` (None: they do not).
+        self.lean_refusal = lean_refusal(renv) if lean else "lean sub-steps not asked for"
+        self._osc = OscSubstep(renv) if self.lean_refusal is None else None
+        self._clocks = ObservableClocks(renv, self.keys) if self._osc is not None and self.keys is not None else None
 
     def __call__(self, action: np.ndarray) -> dict[str, Any]:
         """One ``env.step``; returns robosuite's observations (LIBERO's ``check_success`` then reads the result)."""
@@ -122,21 +132,33 @@ class FastStep:
         renv.timestep += 1
         sim = renv.sim
         model, data = sim.model._model, sim.data._data
+        osc, clocks = self._osc, self._clocks
+        if clocks is not None and not clocks.begin():
+            clocks = None
+        timestep, obs_cache = renv.model_timestep, renv._obs_cache
         policy_step = True
         for _ in range(int(renv.control_timestep / renv.model_timestep)):
             if policy_step:
                 mujoco.mj_forward(model, data)
             else:
                 mujoco.mj_step1(model, data)
-            # An instance attribute shadows MjSim.forward for this env only, for the controller's call.
-            sim.forward = _noop
-            try:
-                renv._pre_action(action, policy_step)
-            finally:
-                del sim.forward
+            if osc is not None and not policy_step:
+                osc(action)
+            else:
+                # An instance attribute shadows MjSim.forward for this env only, for the controller's call.
+                sim.forward = _noop
+                try:
+                    renv._pre_action(action, policy_step)
+                finally:
+                    del sim.forward
             mujoco.mj_step2(model, data)
-            renv._update_observables()
+            if clocks is not None:
+                clocks.update(timestep, obs_cache)
+            else:
+                renv._update_observables()
             policy_step = False
+        if clocks is not None:
+            clocks.end()
         renv.cur_time += renv.control_timestep
         # robosuite's _post_action without the reward, then LIBERO's _post_process.
         renv.done = (renv.timestep >= renv.horizon) and not renv.ignore_done

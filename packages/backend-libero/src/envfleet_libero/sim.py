@@ -77,6 +77,10 @@ class LiberoSim:
         self._fast = FastStep(self.renv, keys) if physics == "fast" and self.fast_refusal is None else None
         if self.fast_refusal is not None:
             _log(f"task {task.index}: LIBERO's own step loop, not the fast one: {self.fast_refusal}")
+        #: Why the fast loop runs robosuite's controller, not the lean sub-step (:mod:`.lean`; None: it does not).
+        self.lean_refusal = None if self._fast is None else self._fast.lean_refusal
+        if self.lean_refusal is not None:
+            _log(f"task {task.index}: the fast step loop with robosuite's controller, not the lean sub-step: {self.lean_refusal}")
 
     @property
     def scene(self) -> Scene:
