@@ -30,6 +30,7 @@ from .named_protocols import protocol_layers
 from .options import OPTIONAL_KEYS, ActionTransform, RenderMode
 from .plugins import BackendSpec, get_backend, list_backends
 from .plugins.api import check_optional_keys
+from .recording.options import RecordConfig
 
 __all__ = [
     "InitParamsConfig",
@@ -105,6 +106,7 @@ class EnvConfig:
     simulator_python: str | None = None
     init_params: InitParamsConfig = field(default_factory=InitParamsConfig)
     video_cfg: VideoConfig = field(default_factory=VideoConfig)
+    record: RecordConfig = field(default_factory=RecordConfig)  # datasets of the finished episodes (docs/recording.md)
     # Accepted so that a verl env yaml loads; envfleet does not use them.
     only_eval: bool = False
     isaac_server_mode: bool = False
