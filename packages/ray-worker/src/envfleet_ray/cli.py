@@ -130,12 +130,18 @@ def _rollout_config(args: argparse.Namespace) -> Any:
         raise _UsageError(f"envfleet rollout: --steps must be >= 1, got {args.steps}")
     cfg = load_config(args.config, args.overrides)
     video_dir = str(cfg.train.video_cfg.video_base_dir)
-    if not os.path.isabs(video_dir):
+    record_dir = str(cfg.train.record.dir)
+    if not os.path.isabs(video_dir) or not os.path.isabs(record_dir):
         data = OmegaConf.to_container(cfg, resolve=True)
         assert isinstance(data, dict)
         for section in ("train", "val"):
             data[section]["video_cfg"]["video_base_dir"] = os.path.join(os.path.abspath(args.out), video_dir)
+            data[section]["record"]["dir"] = os.path.join(os.path.abspath(args.out), str(data[section]["record"]["dir"]))
         cfg = load_config(data={str(k): v for k, v in data.items()})
+    if cfg.train.record.format is not None:
+        from envfleet.recording import check_record_config
+
+        check_record_config(cfg.train)
     if cfg.train.video_cfg.save_video:
         from envfleet.video import require_video_deps
 
@@ -216,6 +222,7 @@ def _summary(args: argparse.Namespace, cfg: Any, stats: Any, metrics: dict[str, 
         "fingerprint": total["fingerprint"],
         "warnings": total["warnings"],
         "videos": sorted(total["videos"]),
+        "datasets": total.get("datasets", []),
         "sim_restarts": total["sim_restarts"] + metrics["worker_restarts"],
         "restart_causes": total["restart_causes"],
         "time": {k: round(v, 3) for k, v in total["time"].items()}
@@ -246,6 +253,8 @@ def _print_report(summary: dict[str, Any], stats: Any, out_dir: str) -> None:
         print(f"warning: {warning}")
     for cause in summary["restart_causes"]:
         print(_restart_line(cause))
+    for ds in summary.get("datasets", []):
+        print(f"dataset: {ds['root']} ({ds['episodes']} episodes, {ds['frames']} frames)")
     for path in summary["videos"]:
         print(f"video: {path}")
     print(f"summary: {os.path.join(out_dir, 'summary.json')}")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from .lerobot import Episode, LeRobotDatasetFiles
 from .options import RecordConfig, RecordFormat
-from .stage import MARKER, StageRecorder, check_record_dir, dataset_root, is_envfleet_dataset
+from .reader import episode_video, find_datasets, read_episodes, read_frames, read_info
+from .stage import MARKER, StageRecorder, check_record_config, check_record_dir, dataset_root, is_envfleet_dataset
 from .writer import DatasetWriter, RecordingError
 
 __all__ = [
@@ -21,8 +22,14 @@ __all__ = [
     "RecordingError",
     "Episode",
     "LeRobotDatasetFiles",
+    "check_record_config",
     "check_record_dir",
     "dataset_root",
     "is_envfleet_dataset",
     "MARKER",
+    "find_datasets",
+    "read_info",
+    "read_episodes",
+    "read_frames",
+    "episode_video",
 ]

@@ -51,9 +51,14 @@ def read_json(path: str) -> Any:
 def write_json_atomic(path: str, value: Any) -> None:
     """Write ``value`` to ``path`` through a temporary file and a rename: readers see the old file or the new one."""
     tmp = path + ".part"
-    with open(tmp, "w") as fh:
-        json.dump(value, fh, indent=2, default=str)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(value, fh, indent=2, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 @dataclass
@@ -153,7 +158,6 @@ class LeRobotDatasetFiles:
 
     def _write_tasks(self, written: list[str]) -> None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         names = sorted(self.tasks, key=self.tasks.__getitem__)
         # LeRobot reads tasks.parquet with pandas, the task string as the frame's index: pandas' own metadata says so.

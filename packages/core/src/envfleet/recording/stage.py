@@ -26,7 +26,15 @@ from .lerobot import ENVFLEET_META, Episode, LeRobotDatasetFiles, read_json, vid
 from .options import RecordConfig, RecordFormat
 from .writer import DatasetWriter, RecordingError
 
-__all__ = ["StageRecorder", "check_record_dir", "dataset_root", "MARKER"]
+__all__ = [
+    "StageRecorder",
+    "check_record_config",
+    "check_record_dir",
+    "is_envfleet_dataset",
+    "require_record_deps",
+    "dataset_root",
+    "MARKER",
+]
 
 MARKER = "envfleet-record.json"  # in train.record.dir: says the directory holds envfleet's datasets
 
@@ -36,7 +44,7 @@ def dataset_root(record_dir: str, mode: str, rank: int, stage: int) -> str:
     return os.path.join(record_dir, mode, f"rank_{rank}_stage_{stage}")
 
 
-def check_record_dir(record_dir: str, root: str) -> None:
+def check_record_dir(record_dir: str, root: str | None) -> None:
     """Refuse a ``train.record.dir`` that holds something other than envfleet's datasets; mark it as envfleet's.
 
     :raises ConfigError: the path is a file, a non-empty directory without envfleet's marker, or a
@@ -49,7 +57,7 @@ def check_record_dir(record_dir: str, root: str) -> None:
             f"train.record.dir {record_dir!r} exists and is not an envfleet dataset directory (no {MARKER}); "
             "choose a new or empty directory"
         )
-    if os.path.exists(root) and os.listdir(root) and not os.path.exists(os.path.join(root, ENVFLEET_META)):
+    if root is not None and os.path.exists(root) and os.listdir(root) and not os.path.exists(os.path.join(root, ENVFLEET_META)):
         raise ConfigError(f"{root!r} exists and is not an envfleet dataset (no {ENVFLEET_META}); choose another train.record.dir")
     try:
         os.makedirs(record_dir, exist_ok=True)
@@ -68,6 +76,20 @@ def require_record_deps(cfg: RecordConfig) -> None:
         raise ConfigError(f"train.record needs PyAV and pyarrow ({exc}): pip install 'envfleet[record]'") from None
     if cfg.video_codec not in av.codecs_available:
         raise ConfigError(f"train.record.video_codec {cfg.video_codec!r} is not an encoder of this PyAV build; e.g. libx264rgb, libx264")
+
+
+def check_record_config(section: Any) -> None:
+    """Check an env section's ``record`` before anything starts: the dependencies, the codec and the directory.
+
+    :raises ConfigError: an unknown format, a missing dependency or codec, a directory that is not envfleet's.
+    """
+    cfg = section.record
+    if cfg.format is None:
+        return
+    if RecordFormat(cfg.format) is not RecordFormat.lerobot:
+        raise ConfigError(f"train.record.format {cfg.format!r}: expected one of {[f.value for f in RecordFormat]} or null")
+    require_record_deps(cfg)
+    check_record_dir(str(cfg.dir), None)
 
 
 def _cameras(spec: Mapping[str, Any], chosen: Any) -> list[str]:
@@ -106,9 +128,7 @@ class StageRecorder:
         task_of: Callable[[np.ndarray], np.ndarray],
     ) -> None:
         cfg: RecordConfig = section.record
-        if RecordFormat(cfg.format) is not RecordFormat.lerobot:
-            raise ConfigError(f"train.record.format {cfg.format!r}: expected one of {[f.value for f in RecordFormat]} or null")
-        require_record_deps(cfg)
+        check_record_config(section)
         self.cfg = cfg
         self.root = dataset_root(str(cfg.dir), mode, rank, stage)
         check_record_dir(str(cfg.dir), self.root)
@@ -278,7 +298,7 @@ class StageRecorder:
         self._episodes = [None] * len(self._episodes)
         if self.writer is not None:
             writer, self.writer = self.writer, None
-            if writer.dataset is not None or not writer._queue.empty():
+            if not writer.failed:
                 writer.put(
                     lambda ds: ds.write_envfleet_meta(
                         {"sim_restarted_episodes": list(self.sim_restarted), "unfinished_dropped": self.unfinished_dropped}

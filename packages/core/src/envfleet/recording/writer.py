@@ -34,6 +34,7 @@ class DatasetWriter:
         self.capacity = max(int(capacity), 1)
         self._queue: queue.Queue[Callable[[Any], None] | None] = queue.Queue(self.capacity)
         self._error: BaseException | None = None
+        self._reported = False  # the error reached a caller once: close() does not raise it again
         self._open = open_dataset
         self.dataset: Any = None
         self.queue_full = 0  # puts that found the queue full
@@ -58,9 +59,15 @@ class DatasetWriter:
             finally:
                 self._queue.task_done()
 
+    @property
+    def failed(self) -> bool:
+        """Whether a job failed (the writer runs nothing more)."""
+        return self._error is not None
+
     def raise_error(self) -> None:
         """Raise :class:`RecordingError` if a job failed."""
         if self._error is not None:
+            self._reported = True
             done = getattr(self.dataset, "total_episodes", 0)
             raise RecordingError(
                 f"recording the dataset at {self.where} failed: {type(self._error).__name__}: {self._error}; "
@@ -94,9 +101,10 @@ class DatasetWriter:
         self.raise_error()
 
     def close(self) -> None:
-        """Run what is queued, stop the thread; raise if a job failed. Safe to call twice."""
+        """Run what is queued, stop the thread; raise if a job failed and no caller was told yet. Safe to call twice."""
         if not self._closed:
             self._closed = True
             self._queue.put(None)
             self._thread.join()
-        self.raise_error()
+        if not self._reported:
+            self.raise_error()
