@@ -6,13 +6,17 @@ Each recorded frame must be a (state, action) pair the policy handled, with the 
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from envfleet.recording import find_datasets, read_episodes, read_frames, read_info
 
@@ -70,8 +74,10 @@ def check_against_run(out: Path, summary: dict, cameras: tuple[str, ...]) -> lis
     return rows
 
 
-def test_toy_rollout_on_ray_records_a_dataset_per_rank_and_stage(tmp_path) -> None:
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A toy rollout on a local Ray: 2 workers x 2 stages x 2 envs, recorded."""
+    out = tmp_path_factory.mktemp("toy") / "run"
     summary = rollout(
         out,
         "train.simulator_type=toy",
@@ -84,9 +90,59 @@ def test_toy_rollout_on_ray_records_a_dataset_per_rank_and_stage(tmp_path) -> No
         steps=6,
         workers=2,
     )
+    return out, summary
+
+
+def test_toy_rollout_on_ray_records_a_dataset_per_rank_and_stage(toy_run: tuple[Path, dict]) -> None:
+    out, summary = toy_run
     rows = check_against_run(out, summary, ("full_image", "wrist_image"))
     assert {(r["envfleet/rank"], r["envfleet/stage"]) for r in rows} == {(0, 0), (0, 1), (1, 0), (1, 1)}
     assert all(r["length"] == 2 for r in rows)  # 8 sub-steps = 2 chunks
+
+
+def test_report_renders_in_chromium_with_playable_videos(toy_run: tuple[Path, dict], tmp_path: Path) -> None:
+    """``envfleet report`` on the run; headless Chromium (Debian's, scripts/bootstrap) loads the page: the table's
+    rows, the plot and every video element must render, each video decoded (readyState >= 2, a duration, a width)."""
+    out, summary = toy_run
+    proc = subprocess.run([sys.executable, "-m", "envfleet_ray.cli", "report", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = (out / "report.html").read_text()
+    assert "<script" not in page and summary["fingerprint"]["hash"] in page
+    result, shot = browse(page, tmp_path)
+    assert result["rows"] == len(summary["per_task"]) + 2  # header, one per task, total
+    assert result["svg"] == 1 and result["videos"] >= 1
+    assert result["playable"] == result["videos"], result
+    assert shot.stat().st_size > 10_000
+
+
+def browse(page: str, where: Path) -> tuple[dict, Path]:
+    """Load ``page`` in headless Chromium: a probe script (added to a copy, not to the report) waits for the
+    videos and writes what rendered into the DOM Chromium dumps; and a screenshot."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Chromium is missing: scripts/bootstrap installs Debian's chromium package"
+    probe = """<script>window.addEventListener('load', () => {
+      const vids = [...document.querySelectorAll('video')]; let tries = 0;
+      const poll = () => {
+        const ok = vids.filter(v => v.readyState >= 2 && !v.error && v.duration > 0 && v.videoWidth > 0);
+        if (ok.length < vids.length && tries++ < 100) { setTimeout(poll, 100); return; }
+        const el = document.createElement('pre'); el.id = 'probe';
+        el.textContent = JSON.stringify({rows: document.querySelectorAll('#per-task tr').length, svg: document.querySelectorAll('svg').length,
+          videos: vids.length, playable: ok.length, detail: vids.map(v => [v.readyState, v.error && v.error.code, v.duration])});
+        document.body.appendChild(el); };
+      poll(); });</script>"""
+    probed = where / "probe.html"
+    probed.write_text(page.replace("</body>", probe + "</body>"))
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={where / 'profile'}"]
+    dom = subprocess.run(
+        [*flags, "--virtual-time-budget=15000", "--dump-dom", probed.as_uri()], capture_output=True, text=True, timeout=120
+    )
+    found = re.search(r'<pre id="probe">([^<]*)</pre>', dom.stdout)
+    assert found, dom.stderr[-2000:]
+    shot = where / "report.png"
+    subprocess.run(
+        [*flags, "--hide-scrollbars", "--window-size=1000,1200", f"--screenshot={shot}", probed.as_uri()], capture_output=True, timeout=120
+    )
+    return json.loads(html.unescape(found.group(1))), shot
 
 
 def test_libero_rollout_records_two_cameras(tmp_path) -> None:

@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     venv.add_parser(sub)
     compare.add_parser(sub)
     protocols.add_parser(sub)
+    from . import report
+
+    report.add_parser(sub)
     ro = sub.add_parser("rollout", help="run a pipelined rollout (the main job)")
     ro.add_argument("--config", help="YAML config in verl's env layout")
     ro.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray on 127.0.0.1)")
@@ -338,6 +341,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import venv
 
             return venv.run(args)
+        if args.command == "report":
+            from . import report
+
+            return report.run(args)
         if args.command in ("compare", "protocols"):
             from . import compare, protocols
 
