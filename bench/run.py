@@ -14,7 +14,8 @@ LIBERO envs per process: memory, first reset, speed, 64 envs), metaworld (MetaWo
 (ManiSkill3 in the venv of `nox -s tests-maniskill`), fleet (a group
 of 1 to 64 workers on a 5-node Ray cluster on this machine, and a lost node), faces (LIBERO through the
 gymnasium and TorchRL faces against the EnvWorker and against AsyncVectorEnv / ParallelEnv; runs in the
-venv of `nox -s tests-verl`, which has torchrl, when the bench venv has not). Each prints a table and writes
+venv of `nox -s tests-verl`, which has torchrl, when the bench venv has not), record (a LIBERO stage with
+and without train.record, in turns). Each prints a table and writes
 docs/benchmarks/<section>.md, included by docs/benchmarks.md.
 """
 
@@ -38,6 +39,7 @@ SECTIONS = (
     "maniskill",
     "fleet",
     "faces",
+    "record",
 )
 
 # The sections and the modules they share (common, configs) are imported from bench/.

@@ -102,15 +102,15 @@ def _webm(path: str, max_width: int = 256) -> bytes:
 
     buf = io.BytesIO()
     with av.open(path) as src, av.open(buf, "w", format="webm") as dst:
-        vin = src.streams.video[0]
+        vin: Any = src.streams.video[0]
         rate = vin.average_rate or 10
-        stream = dst.add_stream("libvpx-vp9", rate=rate, options={"crf": "32", "b": "0"})
+        stream: Any = dst.add_stream("libvpx-vp9", rate=rate, options={"crf": "32", "b": "0"})
         scale = min(1.0, max_width / vin.codec_context.width)
         stream.width = int(vin.codec_context.width * scale) // 2 * 2
         stream.height = int(vin.codec_context.height * scale) // 2 * 2
         stream.pix_fmt = "yuv420p"
-        for frame in src.decode(video=0):
-            frame = frame.reformat(width=stream.width, height=stream.height, format="yuv420p")
+        for decoded in src.decode(video=0):
+            frame: Any = decoded.reformat(width=stream.width, height=stream.height, format="yuv420p")
             frame.pts = None
             for packet in stream.encode(frame):
                 dst.mux(packet)

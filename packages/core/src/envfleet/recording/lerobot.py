@@ -261,7 +261,7 @@ class LeRobotDatasetFiles:
         written.append(path)
         height, width = frames[0].shape[:2]
         with av.open(path + ".part", "w", format="mp4") as container:
-            stream = container.add_stream(opts["codec"], rate=self.fps, options={"crf": str(opts["crf"])})
+            stream: Any = container.add_stream(opts["codec"], rate=self.fps, options={"crf": str(opts["crf"])})
             stream.width, stream.height, stream.pix_fmt = width, height, opts["pix_fmt"]
             for image in frames:
                 for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")):

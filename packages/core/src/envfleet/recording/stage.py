@@ -135,7 +135,7 @@ class StageRecorder:
         self.cameras = _cameras(obs_spec, cfg.image_keys)
         self.state_key = "state" if "state" in obs_spec else None
         self.spec = obs_spec
-        self.n = None
+        self.n: int | None = None
         self.chunk, self.action_dim, self.task_of = chunk, int(action_dim), task_of
         self.base = {
             "seed": int(section.seed),
