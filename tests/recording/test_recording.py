@@ -159,3 +159,31 @@ def test_a_full_tmpfs_ends_the_run_naming_the_path(tmp_path) -> None:
             _assert_failed_run_keeps_episodes(mgr, root, root)
     finally:
         subprocess.run(["umount", "--lazy", str(mount)], check=True)  # lazy: a handle the failed write left open
+
+
+def test_a_full_queue_waits_and_is_reported_never_dropped(caplog) -> None:
+    """The writer's queue holds one job; a slow writer makes later puts wait: each wait is logged and counted."""
+    import threading
+    import time
+
+    from envfleet.recording import DatasetWriter
+
+    done: list[int] = []
+    gate = threading.Event()
+
+    def job(i: int):
+        def run(dataset: object) -> None:
+            gate.wait(5)
+            time.sleep(0.05)
+            done.append(i)
+
+        return run
+
+    writer = DatasetWriter(lambda: object(), capacity=1, where="/nowhere")
+    threading.Timer(0.3, gate.set).start()
+    for i in range(4):
+        writer.put(job(i))
+    writer.close()
+    assert done == [0, 1, 2, 3]
+    assert writer.queue_full >= 1 and writer.queue_wait_s > 0
+    assert "the writer's queue is full" in caplog.text
