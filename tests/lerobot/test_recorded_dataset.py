@@ -7,6 +7,8 @@ decoded frames must equal the simulator's images bit for bit.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import torch
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -90,3 +92,7 @@ def test_lerobot_dataset_loads_what_the_gym_face_recorded(tmp_path) -> None:
                 decoded = (item[f"observation.images.{key}"] * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
                 np.testing.assert_array_equal(decoded, frames[t])
         assert bool(ds[start + row["length"] - 1]["next.done"])
+    # The face never calls finish_rollout: closing it put the stage's protocol and fingerprint in the metadata.
+    meta = json.loads((root / "meta" / "envfleet.json").read_text())
+    assert meta["fingerprints"][-1]["hash"] and meta["protocol"]["backend"] == "toy"
+    assert not {"unknown", "error"} & set(meta["protocol"]["renderer"])  # asked of the running stage (the toy names none)

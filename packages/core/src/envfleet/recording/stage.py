@@ -130,6 +130,9 @@ class StageRecorder:
         cfg: RecordConfig = section.record
         check_record_config(section)
         self.cfg = cfg
+        self.section = section
+        self.fingerprinted = False  # a fingerprint reached meta/envfleet.json (finish_rollout, or close)
+        self.state_ids: set[int] = set()
         self.root = dataset_root(str(cfg.dir), mode, rank, stage)
         check_record_dir(str(cfg.dir), self.root)
         self.cameras = _cameras(obs_spec, cfg.image_keys)
@@ -185,6 +188,7 @@ class StageRecorder:
 
     def _begin(self, obs: Mapping[str, np.ndarray], i: int, state_id: int, task_id: int, task: str) -> None:
         self._obs[i] = self._copy_obs(obs, i)
+        self.state_ids.add(int(state_id))
         meta = {**self.base, "state_id": int(state_id), "task_id": int(task_id), "sim_restarted": False}
         self._episodes[i] = Episode({c: [] for c in self.cameras}, [], [], [], [], [], str(task), meta)
 
@@ -273,6 +277,7 @@ class StageRecorder:
         if self.writer is None:
             return {"root": self.root, "episodes": 0, "frames": 0, "unfinished_dropped": self.unfinished_dropped}
         extra = dict(meta or {})
+        self.fingerprinted = self.fingerprinted or "fingerprint" in extra
 
         def write_meta(dataset: LeRobotDatasetFiles) -> None:
             dataset.write_envfleet_meta(
@@ -292,19 +297,33 @@ class StageRecorder:
             "queue_wait_s": self.writer.queue_wait_s,
         }
 
-    def close(self) -> None:
-        """Write what is queued and stop the writer (episodes still running are dropped). Safe to call twice."""
+    def close(self, renderer: Callable[[], Mapping[str, str]] | None = None) -> None:
+        """Write what is queued and stop the writer (episodes still running are dropped). Safe to call twice.
+
+        :param renderer: asks the stage what renders it; used for the fingerprint when no
+            ``finish_rollout`` gave one (a face that never calls it, such as the gymnasium face).
+        """
         self.unfinished_dropped += sum(1 for ep in self._episodes if ep is not None and len(ep))
         self._episodes = [None] * len(self._episodes)
         if self.writer is not None:
             writer, self.writer = self.writer, None
             if not writer.failed:
-                writer.put(
-                    lambda ds: ds.write_envfleet_meta(
-                        {"sim_restarted_episodes": list(self.sim_restarted), "unfinished_dropped": self.unfinished_dropped}
-                    )
-                )
+                update: dict[str, Any] = {"sim_restarted_episodes": list(self.sim_restarted), "unfinished_dropped": self.unfinished_dropped}
+                if not self.fingerprinted:
+                    update.update(self._fingerprint(renderer))
+                writer.put(lambda ds: ds.write_envfleet_meta(update))
             writer.close()
+
+    def _fingerprint(self, renderer: Callable[[], Mapping[str, str]] | None) -> dict[str, Any]:
+        from ..fingerprint import fingerprint, protocol
+        from ..plugins import get_backend
+
+        try:
+            seen: Mapping[str, str] = renderer() if renderer is not None else {"unknown": "the stage was stopped"}
+        except Exception as exc:  # a renderer that cannot be asked is part of the record too
+            seen = {"error": f"{type(exc).__name__}: {exc}"}
+        parts = protocol(self.section, get_backend(str(self.section.simulator_type)), seen)
+        return {"protocol": parts, "fingerprint": fingerprint(parts, self.state_ids)}
 
 
 def is_envfleet_dataset(root: str) -> bool:

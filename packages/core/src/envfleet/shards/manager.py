@@ -203,14 +203,14 @@ class ProcessEnvManager:
         with self._lock:
             if self._closed:
                 return
+            if self._dataset is not None:  # first, while the shards can still say what renders (the fingerprint)
+                self._dataset.close(renderer=self.renderer_info if self._running else None)
             self._closed = True
             self._running = False
             for shard in self._shard_set.shards:
                 shard.free(graceful=True)
             if self._recorder is not None:
                 self._recorder.close()
-            if self._dataset is not None:
-                self._dataset.close()
             self._finalizer()
 
     def __enter__(self) -> ProcessEnvManager:
