@@ -350,6 +350,7 @@ class EnvWorker:
         parts = self._protocol(mode, managers)
         used = [stage.take_used_ids() for stage in stages]
         videos = self._flush_videos(managers, parts, used)
+        datasets = self._flush_datasets(managers, parts, used)
         metrics = self._metrics.pop(mode, EpisodeMetrics())
         per_task = metrics.per_task_dict()
         all_used = set().union(*used)
@@ -373,6 +374,7 @@ class EnvWorker:
                 "worker_s": metrics.worker_s,
             },
             "videos": videos,
+            **({"datasets": datasets} if datasets else {}),
         }
 
     def _flush_videos(self, managers: list[ProcessEnvManager], parts: dict[str, Any], used: list[set[int]]) -> list[str]:
@@ -389,6 +391,16 @@ class EnvWorker:
         for m in managers:
             m.wait_video()
         return videos
+
+    def _flush_datasets(self, managers: list[ProcessEnvManager], parts: dict[str, Any], used: list[set[int]]) -> list[dict[str, Any]]:
+        """Wait for each stage's recorded episodes (train.record) to be written, with its stage's protocol and fingerprint."""
+        out = []
+        for s, m in enumerate(managers):
+            with self._stage_locks[s]:
+                done = m.flush_dataset({"protocol": parts, "fingerprint": fingerprint(parts, used[s])})
+            if done is not None:
+                out.append(done)
+        return out
 
     def _reset_warnings(self, per_task: dict[Any, dict[str, Any]]) -> list[str]:
         """One warning per task with episodes already successful at reset (logged, and returned)."""
