@@ -15,7 +15,7 @@ from envfleet.errors import InvalidInputError
 from envfleet_ray.runtime.first_ready import FirstReadyGroup
 from envfleet_ray.runtime.group import EnvWorkerGroup
 
-from ..conftest import pid_alive, toy_cfg
+from ..conftest import pid_alive, shm_segments, toy_cfg
 
 W, N, CHUNK = 2, 2, 4
 # Heavy-tailed per-env step costs, a reset as long as several chunks, episodes of 3 chunks with auto-reset:
@@ -136,12 +136,18 @@ def test_a_killed_worker_is_recreated_while_the_others_step(local_ray) -> None:
         fr.send(np.arange(W * N), acts)
         again = fr.recv(W * N)
         assert again.non_tensor_batch["env_ids"].tolist() == list(range(W * N)) and not again.batch["sim_restarted"].any()
+        owners = {str(victim)} | {str(i["pid"]) for i in g.node_info()}
     finally:
         g.shutdown()
+
+    def left() -> list[str]:
+        return [n for n in shm_segments() if n.split("_")[1] in owners]
+
     deadline = time.time() + 10
-    while time.time() < deadline and (pid_alive(victim) or any(pid_alive(p) for p in shard_pids)):
+    while time.time() < deadline and (pid_alive(victim) or any(pid_alive(p) for p in shard_pids) or left()):
         time.sleep(0.1)
     assert not pid_alive(victim) and not any(pid_alive(p) for p in shard_pids), "the dead worker or its simulators outlived it"
+    assert not left(), f"shared memory of the group's workers left behind: {left()}"
 
 
 def test_bad_input_is_rejected_and_the_group_stays_usable(local_ray) -> None:

@@ -211,7 +211,7 @@ class FirstReadyGroup:
     def _open_calls(self, max_ready: int | None) -> None:
         """One ``recv_chunk`` call open on every worker with envs stepping and none open, for at most ``max_ready`` envs."""
         n = self.group.num_envs
-        reviving = {rank for revival in self._revivals for rank in revival.ranks}
+        reviving = self._reviving()
         for rank in range(self.group.num_workers):
             if rank in self._calls or rank in reviving:
                 continue
@@ -251,14 +251,10 @@ class FirstReadyGroup:
     def _revive(self, dead: dict[int, BaseException]) -> None:
         """Start recreating the workers ``dead`` not recreated nor being recreated (the group's revival, in a
         thread); their stepped envs are restarted from now on, their rows come once the workers are back."""
-        reviving = {rank for revival in self._revivals for rank in revival.ranks}
+        reviving = self._reviving()
         fresh = {r: exc for r, exc in dead.items() if self.group.workers[r] is self._handles[r] and r not in reviving}
-        n = self.group.num_envs
         for rank in dead:
-            self._calls.pop(rank, None)
-            self._held = [p for p in self._held if not (p.non_tensor_batch["env_ids"] // n == rank).any()]
-            envs = slice(rank * n, (rank + 1) * n)
-            self.phase[envs] = np.where(self._touched[envs], EnvPhase.RESTARTED, self.phase[envs])
+            self._forget(rank)
         if fresh:
             self._revivals.append(_Revival(self.group, fresh))
 
@@ -272,21 +268,30 @@ class FirstReadyGroup:
         for revival in ended:
             if revival.error is not None:
                 raise revival.error
-        reviving = {rank for revival in self._revivals for rank in revival.ranks}
-        n = self.group.num_envs
+        reviving = self._reviving()
         for rank, worker in enumerate(self.group.workers):
             if worker is self._handles[rank] or rank in reviving:
                 continue
             self._handles[rank] = worker
-            self._calls.pop(rank, None)
-            self._held = [p for p in self._held if not (p.non_tensor_batch["env_ids"] // n == rank).any()]
-            envs = slice(rank * n, (rank + 1) * n)
-            self.phase[envs] = np.where(self._touched[envs], EnvPhase.RESTARTED, self.phase[envs])
+            self._forget(rank)
+
+    def _forget(self, rank: int) -> None:
+        """Worker ``rank`` died: drop its open call and held rows; its stepped envs are restarted."""
+        n = self.group.num_envs
+        self._calls.pop(rank, None)
+        self._held = [p for p in self._held if not (p.non_tensor_batch["env_ids"] // n == rank).any()]
+        for env in range(rank * n, (rank + 1) * n):
+            if self._touched[env]:
+                self.phase[env] = EnvPhase.RESTARTED
+
+    def _reviving(self) -> set[int]:
+        """The ranks being recreated now."""
+        return {rank for revival in self._revivals for rank in revival.ranks}
 
     def _collect_restarted(self) -> None:
         """Hold the stand-in rows of every restarted env (its worker's :meth:`restart_step_result`)."""
         n = self.group.num_envs
-        reviving = [rank for revival in self._revivals for rank in revival.ranks]
+        reviving = list(self._reviving())
         restarted = np.nonzero(self.phase == EnvPhase.RESTARTED)[0]
         restarted = restarted[~np.isin(restarted // n, reviving)]
         if restarted.size == 0:
