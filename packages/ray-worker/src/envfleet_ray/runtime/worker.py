@@ -41,6 +41,7 @@ from envfleet.options import Mode
 from envfleet.plugins import get_backend
 from envfleet.remote import build_manager
 
+from . import ready_calls
 from .batch import OBS_KEYS, create_env_batch_dataproto, env_batch_dataproto, put_tensor_cpu
 from .metrics import EpisodeMetrics
 
@@ -233,6 +234,16 @@ class EnvWorker:
         metrics.add_step(result.infos, running, manager.num_envs, result.rewards.shape[1])
         metrics.worker_s += time.perf_counter() - t0 - inner
         return out
+
+    def send_chunk(self, data: DataProto) -> None:
+        """First-ready: start a chunk for ``env_ids`` of stage ``meta_info["stage_id"]`` (:mod:`~envfleet_ray.runtime.ready_calls`)."""
+        ready_calls.send_chunk(self, data)
+
+    def recv_chunk(
+        self, stage_id: int, min_ready: int, timeout_s: float | None = None, max_ready: int | None = None, mode: str = "train"
+    ) -> DataProto:
+        """First-ready: the results of the first envs of a stage done, an ``env_ids`` column naming each row's env."""
+        return ready_calls.recv_chunk(self, stage_id, min_ready, timeout_s, max_ready, mode)
 
     def reset_envs_to_state_ids(self, data: DataProto) -> DataProto:
         """Reset every stage: ``state_ids`` (and optional ``task_ids``) of length ``num_envs * stage_num``.
