@@ -27,7 +27,7 @@ def test_doctor_fails_with_the_fix_when_no_vulkan_driver_loads(monkeypatch: pyte
 
 
 def test_doctor_looks_for_the_physx_gpu_library_in_an_empty_sapien_cache(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from envfleet_ray.doctor import physx_finding
+    from envfleet_ray.commands.doctor import physx_finding
 
     monkeypatch.setenv("HOME", str(tmp_path))  # SAPIEN's cache (~/.sapien/physx/<version>/) is an empty folder
     finding = physx_finding(["maniskill"], gpu=True)  # as on a GPU host, which this machine is not

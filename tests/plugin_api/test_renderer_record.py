@@ -14,7 +14,7 @@ from envfleet.fingerprint import fingerprint, protocol
 from envfleet.plugins import get_backend
 from envfleet.shards.manager import ProcessEnvManager
 from envfleet.testing import EnvConformance
-from envfleet_ray.compare import compare
+from envfleet_ray.commands.compare import compare
 
 OVERRIDES = ["actor.model.num_action_chunks=2", "actor.model.action_dim=2"]
 GIVEN_NVIDIA = {

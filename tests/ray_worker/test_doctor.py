@@ -205,7 +205,7 @@ def test_doctor_lists_devices_when_egl_cannot_start(only_good_plugins, monkeypat
 
 def device_text(gpus: int, egl: list[EglDevice], monkeypatch) -> str:
     from envfleet.shards.gpus import Devices
-    from envfleet_ray.doctor import device_findings
+    from envfleet_ray.commands.doctor import device_findings
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("MUJOCO_EGL_DEVICE_ID", raising=False)

@@ -27,6 +27,7 @@ from .named_protocols import protocol_layers
 from .options import OPTIONAL_KEYS, ActionTransform, RenderMode
 from .plugins import BackendSpec, get_backend, list_backends
 from .plugins.api import check_optional_keys
+from .recording.options import RecordConfig
 from .render_device import check_render_device
 from .schema import check_missing, merge_into, reject_unknown_keys
 
@@ -129,6 +130,7 @@ class EnvConfig:
     remote: RemoteConfig = field(default_factory=RemoteConfig)  # a stage served by `envfleet serve` (docs/remote.md)
     init_params: InitParamsConfig = field(default_factory=InitParamsConfig)
     video_cfg: VideoConfig = field(default_factory=VideoConfig)
+    record: RecordConfig = field(default_factory=RecordConfig)  # datasets of the finished episodes (docs/recording.md)
     # Accepted so that a verl env yaml loads; envfleet does not use them.
     only_eval: bool = False
     isaac_server_mode: bool = False

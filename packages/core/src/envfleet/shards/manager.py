@@ -107,6 +107,20 @@ class ProcessEnvManager:
             from ..video import VideoRecorder
 
             self._recorder = VideoRecorder(self.env_cfg.video_cfg, self.num_envs, self.obs_spec)
+        self._dataset: Any = None  # a recording.StageRecorder when train.record.format is set
+        if self.env_cfg.record.format is not None:
+            from ..recording import StageRecorder
+
+            self._dataset = StageRecorder(
+                self.env_cfg,
+                self.obs_spec,
+                mode=self.mode,
+                rank=self.rank,
+                stage=self.stage_id,
+                chunk=self.num_action_chunks,
+                action_dim=self.action_dim,
+                task_of=lambda ids: self._states_table().tasks_of(ids),
+            )
 
     # ------------------------------------------------------------------ properties
     @property
@@ -192,6 +206,8 @@ class ProcessEnvManager:
         with self._lock:
             if self._closed:
                 return
+            if self._dataset is not None:  # first, while the shards can still say what renders (the fingerprint)
+                self._dataset.close(renderer=self.renderer_info if self._running else None)
             self._closed = True
             self._running = False
             self._ready.forget()
@@ -253,6 +269,8 @@ class ProcessEnvManager:
             self._account(t0, sim_s)
             if self._recorder is not None:
                 self._recorder.add(result.obs, result.infos.get("task_id"), None, None)
+            if self._dataset is not None:
+                self._dataset.on_reset(result, state_ids)
             return result
 
     def reset_some_envs(self, env_ids: Any, state_ids: Any, task_ids: Any = None) -> ResetResult:
@@ -291,7 +309,10 @@ class ProcessEnvManager:
             replies, restarted, sim_s = self._calls.call_all(Command.RESET_SOME, lambda s: requests[s.index], obs)
             _, infos, descriptions = self._replies.merge(self.shards, replies, restarted, Command.RESET)
             self._account(t0, sim_s)
-            return ResetResult(obs=obs, task_descriptions=descriptions, infos=infos)
+            result = ResetResult(obs=obs, task_descriptions=descriptions, infos=infos)
+            if self._dataset is not None:
+                self._dataset.on_reset(result, state_ids, env_ids)
+            return result
 
     def chunk_step(self, actions: Any) -> ChunkStepResult:
         """Step every env through ``actions`` ``[num_envs, chunk, action_dim]``."""
@@ -321,6 +342,8 @@ class ProcessEnvManager:
             self._account(t0, sim_s)
             if self._recorder is not None:
                 self._recorder.add(result.obs, result.infos.get("task_id"), result.rewards, result.infos.get("success_once"))
+            if self._dataset is not None:
+                self._dataset.on_step(actions, result)
             return result
 
     # ------------------------------------------------------------------ first-ready stepping
@@ -387,6 +410,11 @@ class ProcessEnvManager:
             ):
                 paths += list(reply)
         return paths
+
+    def flush_dataset(self, meta: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """Wait until the stage's finished episodes are written; merge ``meta`` into the dataset's
+        ``meta/envfleet.json``. Returns where the dataset is and what it holds; None when not recording."""
+        return None if self._dataset is None else self._dataset.flush(meta)
 
     def wait_video(self) -> None:
         """Block until every flushed video is written."""

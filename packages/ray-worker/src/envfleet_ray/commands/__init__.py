@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = ["UsageError", "NAMES"]
 
 #: The subcommands, in the order ``envfleet --help`` lists them (each a module of this package).
-NAMES = ("backends", "doctor", "venv", "compare", "protocols", "serve", "rollout")
+NAMES = ("backends", "doctor", "venv", "compare", "protocols", "serve", "report", "rollout")
 
 
 class UsageError(Exception):

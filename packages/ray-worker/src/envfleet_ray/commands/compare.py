@@ -220,6 +220,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``envfleet compare`` with parsed ``args``; prints the table or the refusal and returns the exit code."""
-    code, lines = compare(load_summary(args.run_a), load_summary(args.run_b), args.allow, args.metric)
+    a, b = load_summary(args.run_a), load_summary(args.run_b)
+    code, lines = compare(a, b, args.allow, args.metric)
+    if code == 0:
+        from .paired import paired_lines
+
+        seed_a, seed_b = (flatten(s["fingerprint"]).get("seed") for s in (a, b))
+        lines += [
+            "",
+            "independent rates above: Wilson intervals, B - A with Newcombe's interval",
+            *paired_lines(args.run_a, args.run_b, seed_a, seed_b, _metric(a, b, args.metric)),
+        ]
     print("\n".join(lines))
     return code

@@ -11,7 +11,10 @@ from typing import Any
 
 from . import UsageError
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "run", "UNDER_OUT"]
+
+#: The keys of an env section holding a directory that a relative value puts under ``--out``.
+UNDER_OUT = ("video_cfg.video_base_dir", "record.dir")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -53,7 +56,9 @@ class _Progress:
 
 
 def _rollout_config(args: argparse.Namespace) -> Any:
-    """The validated config of ``envfleet rollout``, with relative video paths under ``--out``."""
+    """The validated config of ``envfleet rollout``, with relative video and dataset paths under ``--out``."""
+    from omegaconf import OmegaConf
+
     from envfleet.config import load_config, with_values
 
     if args.workers < 1:
@@ -61,10 +66,14 @@ def _rollout_config(args: argparse.Namespace) -> Any:
     if args.steps < 1:
         raise UsageError(f"envfleet rollout: --steps must be >= 1, got {args.steps}")
     cfg = load_config(args.config, args.overrides)
-    dirs = {f"{section}.video_cfg.video_base_dir": str(cfg[section].video_cfg.video_base_dir) for section in ("train", "val")}
+    dirs = {f"{section}.{key}": str(OmegaConf.select(cfg, f"{section}.{key}")) for section in ("train", "val") for key in UNDER_OUT}
     relative = {key: os.path.join(os.path.abspath(args.out), path) for key, path in dirs.items() if not os.path.isabs(path)}
     if relative:
         cfg = with_values(cfg, relative)
+    if cfg.train.record.format is not None:
+        from envfleet.recording import check_record_config
+
+        check_record_config(cfg.train)
     if cfg.train.video_cfg.save_video:
         from envfleet.video import require_video_deps
 
@@ -145,6 +154,7 @@ def _summary(args: argparse.Namespace, cfg: Any, stats: Any, metrics: dict[str, 
         "fingerprint": total["fingerprint"],
         "warnings": total["warnings"],
         "videos": sorted(total["videos"]),
+        "datasets": total.get("datasets", []),
         "sim_restarts": total["sim_restarts"] + metrics["worker_restarts"],
         "restart_causes": total["restart_causes"],
         "time": {k: round(v, 3) for k, v in total["time"].items()}
@@ -175,6 +185,8 @@ def _print_report(summary: dict[str, Any], stats: Any, out_dir: str) -> None:
         print(f"warning: {warning}")
     for cause in summary["restart_causes"]:
         print(_restart_line(cause))
+    for ds in summary.get("datasets", []):
+        print(f"dataset: {ds['root']} ({ds['episodes']} episodes, {ds['frames']} frames)")
     for path in summary["videos"]:
         print(f"video: {path}")
     print(f"summary: {os.path.join(out_dir, 'summary.json')}")

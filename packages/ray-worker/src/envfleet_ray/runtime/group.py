@@ -41,6 +41,7 @@ from envfleet.config import as_config
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError, WorkerDiedError
 
+from .first_ready import FirstReadyGroup
 from .futures import GroupFuture, unwrap_task_error
 from .lane import LaneClosed
 from .metrics import merge_metrics
@@ -400,6 +401,10 @@ class EnvWorkerGroup:
             return dict(zip(refs, ray.get(list(refs.values()))))
 
         return GroupFuture(calls, concat_harmonized, on_dead)
+
+    def first_ready(self, stage_id: int = 0, mode: str = "train") -> FirstReadyGroup:
+        """First-ready stepping of one stage over every worker (:mod:`envfleet_ray.runtime.first_ready`)."""
+        return FirstReadyGroup(self, stage_id, mode)
 
     # ------------------------------------------------------------------ teardown
     def shutdown(self) -> None:

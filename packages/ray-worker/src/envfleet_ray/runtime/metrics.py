@@ -146,4 +146,5 @@ def merge_metrics(per_worker: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "fingerprint": _group_fingerprint(per_worker),
         "time": times,
         "videos": [v for m in per_worker for v in m["videos"]],
+        "datasets": [d for m in per_worker for d in m.get("datasets", [])],
     }

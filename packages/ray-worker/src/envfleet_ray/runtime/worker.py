@@ -41,6 +41,7 @@ from envfleet.options import Mode
 from envfleet.plugins import get_backend
 from envfleet.remote import build_manager
 
+from . import ready_calls
 from .batch import OBS_KEYS, create_env_batch_dataproto, env_batch_dataproto, put_tensor_cpu
 from .metrics import EpisodeMetrics
 
@@ -234,6 +235,16 @@ class EnvWorker:
         metrics.worker_s += time.perf_counter() - t0 - inner
         return out
 
+    def send_chunk(self, data: DataProto) -> None:
+        """First-ready: start a chunk for ``env_ids`` of stage ``meta_info["stage_id"]`` (:mod:`~envfleet_ray.runtime.ready_calls`)."""
+        ready_calls.send_chunk(self, data)
+
+    def recv_chunk(
+        self, stage_id: int, min_ready: int, timeout_s: float | None = None, max_ready: int | None = None, mode: str = "train"
+    ) -> DataProto:
+        """First-ready: the results of the first envs of a stage done, an ``env_ids`` column naming each row's env."""
+        return ready_calls.recv_chunk(self, stage_id, min_ready, timeout_s, max_ready, mode)
+
     def reset_envs_to_state_ids(self, data: DataProto) -> DataProto:
         """Reset every stage: ``state_ids`` (and optional ``task_ids``) of length ``num_envs * stage_num``.
 
@@ -350,6 +361,7 @@ class EnvWorker:
         parts = self._protocol(mode, managers)
         used = [stage.take_used_ids() for stage in stages]
         videos = self._flush_videos(managers, parts, used)
+        datasets = self._flush_datasets(managers, parts, used)
         metrics = self._metrics.pop(mode, EpisodeMetrics())
         per_task = metrics.per_task_dict()
         all_used = set().union(*used)
@@ -373,6 +385,7 @@ class EnvWorker:
                 "worker_s": metrics.worker_s,
             },
             "videos": videos,
+            **({"datasets": datasets} if datasets else {}),
         }
 
     def _flush_videos(self, managers: list[ProcessEnvManager], parts: dict[str, Any], used: list[set[int]]) -> list[str]:
@@ -389,6 +402,16 @@ class EnvWorker:
         for m in managers:
             m.wait_video()
         return videos
+
+    def _flush_datasets(self, managers: list[ProcessEnvManager], parts: dict[str, Any], used: list[set[int]]) -> list[dict[str, Any]]:
+        """Wait for each stage's recorded episodes (train.record) to be written, with its stage's protocol and fingerprint."""
+        out = []
+        for s, m in enumerate(managers):
+            with self._stage_locks[s]:
+                done = m.flush_dataset({"protocol": parts, "fingerprint": fingerprint(parts, used[s])})
+            if done is not None:
+                out.append(done)
+        return out
 
     def _reset_warnings(self, per_task: dict[Any, dict[str, Any]]) -> list[str]:
         """One warning per task with episodes already successful at reset (logged, and returned)."""
