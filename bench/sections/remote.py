@@ -97,6 +97,7 @@ def _toy() -> tuple[list[dict[str, Any]], dict[str, float]]:
     reply = np.zeros(N * 2 * HW * HW * 3, np.uint8)
     dest = np.empty_like(reply)
     rates["memcpy of a step's images"] = N / timed(lambda: np.copyto(dest, reply), 200, warmup=10)
+    rates["plain socket, a step's bytes from another process"] = N / _socket_copy(reply.nbytes)
     base = rates["ProcessEnvManager, in process"]
     rows = [{"path": k, "env steps/s": v, "vs in-process manager": v / base} for k, v in rates.items()]
     token = TOKEN.encode()
@@ -105,6 +106,42 @@ def _toy() -> tuple[list[dict[str, Any]], dict[str, float]]:
         "compare_digest_us": timed(lambda: hmac.compare_digest(token, token), 10000) * 1e6,
     }
     return rows, costs
+
+
+def _serve_bytes(port: Any, nbytes: int) -> None:
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port.put(listener.getsockname()[1])
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    data = memoryview(np.zeros(nbytes, np.uint8))  # type: ignore[arg-type]
+    while conn.recv(64):
+        conn.sendall(data)
+
+
+def _socket_copy(nbytes: int, repeat: int = 60) -> float:
+    """Seconds per request of ``nbytes`` over loopback from another process with plain sockets: the floor of any wire here."""
+    import multiprocessing
+    import socket
+
+    ctx = multiprocessing.get_context("spawn")
+    port = ctx.Queue()
+    proc = ctx.Process(target=_serve_bytes, args=(port, nbytes), daemon=True)
+    proc.start()
+    buf = memoryview(np.empty(nbytes, np.uint8))  # type: ignore[arg-type]
+    with socket.create_connection(("127.0.0.1", port.get(timeout=60))) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def call() -> None:
+            sock.sendall(b"x" * 64)
+            got = 0
+            while got < nbytes:
+                got += sock.recv_into(buf[got:], nbytes - got)
+
+        seconds = timed(call, repeat, warmup=10)
+    proc.join(10)
+    return seconds
 
 
 def _wire_vs_websockets(repeat: int = 100) -> dict[str, float]:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 
 import numpy as np
 import pytest
 
 from envfleet.remote.wire import DTYPES, MAGIC, VERSION, Frame, FrameLimits, WireError, decode, encode_frame, read_frame, write_frame
+from envfleet.shards.recycling import RecyclingPool
 
 
 def _pair() -> tuple[socket.socket, socket.socket]:
@@ -30,6 +32,36 @@ def test_every_dtype_round_trips_bit_for_bit() -> None:
         assert got.arrays[name].dtype == value.dtype and got.arrays[name].shape == value.shape
         assert got.arrays[name].tobytes() == value.tobytes(), name
     got.arrays["uint8"][0, 0, 0] = 1  # the caller owns what it received
+
+
+def test_partial_sends_and_pooled_reads_keep_every_byte() -> None:
+    """Replies larger than the socket's buffer (sendmsg returns part-way) arrive whole; a pooled
+    payload buffer is reused only once every array of the frame read into it is dropped."""
+    rng = np.random.default_rng(1)
+    arrays = {"a": rng.integers(0, 255, (4, 300, 300, 3), dtype=np.uint8), "b": rng.standard_normal((7, 1000)).astype(np.float32)}
+    a, b = _pair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
+    pool = RecyclingPool()
+    with a, b:
+
+        def send() -> None:
+            for _ in range(3):
+                write_frame(a, Frame("result", {}, arrays))
+
+        writer = threading.Thread(target=send)
+        writer.start()
+        first = read_frame(b, FrameLimits(), 10, pool)
+        held = first.arrays["a"]
+        second = read_frame(b, FrameLimits(), 10, pool)
+        assert np.shares_memory(held, second.arrays["a"]) is False, "a held result was overwritten"
+        address = second.arrays["a"].ctypes.data
+        del first, second
+        third = read_frame(b, FrameLimits(), 10, pool)
+        writer.join(10)
+    assert third.arrays["a"].ctypes.data == address, "a dropped result's buffer was not reused"
+    for got in (held, third.arrays["a"]):
+        assert got.tobytes() == arrays["a"].tobytes()
+    assert third.arrays["b"].tobytes() == arrays["b"].tobytes()
 
 
 def test_a_big_endian_array_travels_little_endian() -> None:

@@ -34,10 +34,11 @@ from ..errors import (
     SimulatorStoppedError,
 )
 from ..shards.calls import ManagerStats
+from ..shards.recycling import RecyclingPool
 from ..validation import StateTable, as_env_ids, check_actions, check_reset_ids
 from .config import parse_address
 from .results import reset_result, restarted_step, step_result
-from .wire import VERSION, Frame, FrameLimits, WireError, read_frame, write_frame
+from .wire import SOCKET_BUFFER, VERSION, Frame, FrameLimits, WireError, read_frame, write_frame
 
 __all__ = ["RemoteEnvManager", "RemoteBackend", "RemoteConnectionError", "RemoteRefusedError"]
 
@@ -128,6 +129,7 @@ class RemoteEnvManager:
         self._closed = False
         self._states: StateTable | None = None
         self._last = _Last()
+        self._pool = RecyclingPool()  # the replies' payloads, reused once their arrays are dropped
         self._supports_state = False
         self._sim_s_seen = 0.0
         self._open()
@@ -161,6 +163,7 @@ class RemoteEnvManager:
         except OSError as exc:
             raise RemoteConnectionError(f"cannot connect to envfleet server {self.address}: {exc}") from None
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)  # a step's reply arrives without waiting for window updates
         sock: socket.socket = raw
         try:
             if self._ssl is not None:
@@ -199,7 +202,7 @@ class RemoteEnvManager:
         try:
             self._sock.settimeout(timeout)
             write_frame(self._sock, frame)
-            reply = read_frame(self._sock, FrameLimits(header=16 << 20, payload=1 << 34), timeout)
+            reply = read_frame(self._sock, FrameLimits(header=16 << 20, payload=1 << 34), timeout, self._pool)
         except (OSError, EOFError) as exc:  # TimeoutError is an OSError
             self._drop()
             what = "did not answer in time" if isinstance(exc, TimeoutError) else f"connection lost ({exc or type(exc).__name__})"

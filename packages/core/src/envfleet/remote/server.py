@@ -25,7 +25,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from .session import Session
-from .wire import VERSION, error_frame, write_frame
+from .wire import SOCKET_BUFFER, VERSION, error_frame, write_frame
 
 __all__ = ["EnvServer", "ServeOptions", "is_loopback"]
 
@@ -169,6 +169,10 @@ class EnvServer:
     @staticmethod
     def _tune(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # A step's reply (megabytes of images) goes into the kernel in one write, not in
+        # autotuned slices; the kernel caps it at net.core.wmem_max, and it bounds what a
+        # client that stops reading can hold.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
         # A peer that vanishes without closing (a host powered off) is noticed within about a minute.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):

@@ -17,6 +17,9 @@ Checks, for the backends named (default: every installed one):
 - with NVIDIA GPUs: how EGL devices map to CUDA devices, and for the current
   ``CUDA_VISIBLE_DEVICES`` and each GPU it shows, which EGL device a rendering process
   opens and whether that is the GPU it computes on (:mod:`envfleet.diagnostics.egl_cuda`);
+- ``--config FILE`` whose ``train.remote.address`` is set: the server instead (reachable, token,
+  wire version; its backend, versions and renderer: :mod:`envfleet_ray.commands.doctor_remote`);
+  without it, the config's backend;
 - ``--measure``: one env per backend, its build, reset and step times and memory, and how
   many envs this machine holds at the backend's layout (:mod:`envfleet.diagnostics.measure`).
 """
@@ -64,6 +67,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "Exit code 0 when all is well, 1 when something is wrong.",
     )
     parser.add_argument("--measure", action="store_true", help="also build one env per backend: times, memory, and how many envs fit")
+    parser.add_argument("--config", help="a config whose train.remote.address is set: check that server instead (doctor_remote)")
     parser.add_argument("names", nargs="*", help="backends to check (default all); with --measure also key=value config overrides")
     return parser
 
@@ -74,6 +78,18 @@ def run(args: argparse.Namespace) -> int:
     Unknown backend names and bad overrides raise (a ``KeyError`` or
     :class:`~envfleet.errors.ConfigError`), which the command turns into one line and exit code 2.
     """
+    if getattr(args, "config", None):
+        from envfleet.config import load_config
+
+        from .doctor_remote import remote_address, remote_findings
+
+        cfg = load_config(args.config, overrides=[n for n in args.names if "=" in n])
+        if remote_address(cfg) is not None:
+            findings = remote_findings(cfg)
+            for finding in findings:
+                print("\n".join(finding.lines()), flush=True)
+            return 1 if any(f.status == "FAIL" for f in findings) else 0
+        args.names = [str(cfg.train.simulator_type), *(n for n in args.names if "=" not in n)]
     return doctor(list(args.names), measure=bool(args.measure))
 
 
