@@ -68,7 +68,7 @@ def popped_episodes(popped: dict[str, str], rank: int, root: str) -> list[tuple[
     out = []
     for row in rows:
         frames = read_frames(popped["root"], row)
-        assert frames["observation.images.table"].shape == (row["length"], 32, 32, 3)
+        assert frames["observation.images.full_image"].shape == (row["length"], 32, 32, 3)
         out.append((row["tasks"][0], frames["action"].astype(np.float32).tobytes()))
     return sorted(out)
 
