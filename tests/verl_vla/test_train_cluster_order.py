@@ -298,7 +298,6 @@ def check_bad_inputs(seq: VerlVlaSequence, chunk: int) -> None:
         (("action_execution", "interpolation", "enable"), True, "action interpolation"),
         (("action_execution", "serial_smoothing", "enable"), True, "action smoothing"),
         (("teleop", "enable"), True, "teleoperation"),
-        (("recorder", "enable"), True, "LeRobot recorder"),
         (("target_step_hz",), 10.0, "target_step_hz"),
         (("simulator", "simulator_type"), "arena", "verl-vla's own simulator"),
         (("modes",), ["train", "test"], "expected some of"),

@@ -38,6 +38,7 @@ from envfleet.states import ResetPlan
 
 from .runtime.worker import EnvWorker as FleetWorker
 from .verl_vla_config import VerlVlaSettings, read_config
+from .verl_vla_record import RankDatasetPopper
 
 try:
     from verl.protocol import DataProto as VerlDataProto
@@ -119,6 +120,7 @@ class EnvWorker(Worker):  # type: ignore[misc]
         self._plans: dict[tuple[str, int], ResetPlan] = {}
         self._rows: dict[tuple[str, int], np.ndarray] = {}  # (mode, stage) -> the state id each env runs
         self._latest: dict[tuple[str, int], Any] = {}  # (mode, stage) -> the latest observations, reset keys
+        self._popper: RankDatasetPopper | None = None  # pop_lerobot_dataset's, built on first use
         self._register_dispatch_collect_info(MESH, dp_rank=self.rank, is_collect=True)
 
     # ------------------------------------------------------------------ lifecycle
@@ -309,14 +311,29 @@ class EnvWorker(Worker):  # type: ignore[misc]
         return {mode: await asyncio.to_thread(self.worker.finish_rollout, _FLEET_MODE[mode]) for mode in modes}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def pop_lerobot_dataset(self) -> None:
-        """No LeRobot dataset: envfleet does not serve verl-vla's LeRobot recorder (the config refuses it)."""
-        return None
+    def pop_lerobot_dataset(self) -> dict[str, str] | None:
+        """This rank's episodes recorded since the last call, as verl-vla's per-rank LeRobot dataset:
+        ``{"root", "repo_id"}`` (``{recorder.lerobot.root}/{repo_id}_rank_{rank}``), or None when
+        verl-vla's LeRobot recorder is off or nothing new was recorded. Call it after ``finish_rollout``
+        (which waits for the writer), as verl-vla's ``TrainCluster`` does."""
+        lerobot = self.settings.lerobot
+        if lerobot is None:
+            return None
+        if self._popper is None:
+            record_dir = str(self.settings.fleet_config["train"]["record"]["dir"])
+            self._popper = RankDatasetPopper(record_dir, self.rank, lerobot["root"], lerobot["repo_id"])
+        return self._popper.pop()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def record(self) -> None:
-        """Teleoperated recording is verl-vla's own; envfleet does not serve it."""
-        raise NotImplementedError("envfleet's env worker does not serve teleoperated recording; use verl-vla's own EnvWorker for it")
+        """verl-vla's ``record()`` drives one episode from a teleoperation device and records it;
+        envfleet serves no teleoperation (``teleop.enable`` is refused), so this is an error.
+        Policy episodes are recorded with ``recorder.recorders: [lerobot]`` (see :meth:`pop_lerobot_dataset`)."""
+        raise NotImplementedError(
+            "record() runs a teleoperated episode in verl-vla, and envfleet's env worker serves no teleoperation; "
+            "policy episodes are recorded with env_worker.recorder.recorders: [lerobot] and handed out by pop_lerobot_dataset(); "
+            "use verl-vla's own EnvWorker for teleoperated recording"
+        )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def replay_episode(self, episode: dict[str, Any]) -> None:

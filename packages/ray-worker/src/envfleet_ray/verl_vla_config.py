@@ -17,9 +17,11 @@ is an envfleet backend, configured by the section's ``envfleet`` keys (envfleet'
 
 Refused with a :class:`~envfleet.errors.ConfigError` naming the key, since envfleet
 does not serve them: asynchronous action execution, interpolation, serial smoothing,
-teleoperation, the LeRobot recorder, ``target_step_hz``, ``confirm_before_record``,
+teleoperation, ``target_step_hz``, ``confirm_before_record``,
 ``log_step_latency`` and verl-vla's own ``arena`` and ``piper`` simulators.
-verl-vla's ``video`` recorder maps to envfleet's ``video_cfg``. ``auto_reset`` is the
+verl-vla's ``video`` recorder maps to envfleet's ``video_cfg``; its ``lerobot`` recorder to
+envfleet's ``train.record`` (``format: lerobot``, ``dir: {lerobot.root}/{lerobot.repo_id}_envfleet``),
+whose datasets ``pop_lerobot_dataset`` hands out (:mod:`envfleet_ray.verl_vla_record`). ``auto_reset`` is the
 adapter's own (finished envs reset at the chunk's end to states drawn from the filtered
 pool, as verl-vla's env does); envfleet's ``train.auto_reset`` stays off.
 """
@@ -54,6 +56,7 @@ class VerlVlaSettings:
     filters: dict[str, Any]  # ResetPlan's task_ids, num_trials_per_task, specific_reset_id
     state_dtype: torch.dtype  # verl-vla's LIBERO hands out float64 state
     fleet_config: dict[str, Any] = field(default_factory=dict)  # envfleet's config (load_config layout)
+    lerobot: dict[str, str] | None = None  # verl-vla's recorder.lerobot root and repo_id, when it records
 
 
 def plain(value: Any) -> Any:
@@ -102,11 +105,6 @@ def _refuse(worker: dict[str, Any]) -> None:
             "verl-vla's step-latency log (envfleet_ray's finish_rollout reports times)",
         ),
     ]
-    recorder = _section(worker, "recorder", where)
-    if recorder.get("enable"):
-        recorders = list(recorder.get("recorders") or [])
-        lerobot = "lerobot" in recorders and _section(recorder, "lerobot", where).get("enable", True)
-        refused.append((bool(lerobot), "recorder.recorders: lerobot", "verl-vla's LeRobot recorder"))
     for bad, key, what in refused:
         if bad:
             raise ConfigError(f"{where}.{key}: {what} is not served by envfleet's env worker; unset it, or use verl-vla's own EnvWorker")
@@ -177,6 +175,9 @@ def read_config(config: Any) -> VerlVlaSettings:
     if recorder.get("enable") and "video" in list(recorder.get("recorders") or []):
         video = _section(recorder, "video", "cluster.env.env_worker.recorder")
         train.setdefault("video_cfg", {"save_video": True, "video_base_dir": video.get("root", "videos"), "fps": int(video.get("fps", 10))})
+    lerobot = _lerobot(recorder)
+    if lerobot is not None:
+        train.setdefault("record", {"format": "lerobot", "dir": f"{lerobot['root']}/{lerobot['repo_id']}_envfleet"})
     stages = int(loop.get("pipeline_stage_num", 2))
     # No chunk length: verl-vla's config has none; the policy's action tensor sets it each call.
     fleet = {"train": train, "rollout": {"pipeline_stage_num": stages}, "actor": {"model": {"num_action_chunks": None}}}
@@ -189,4 +190,17 @@ def read_config(config: Any) -> VerlVlaSettings:
         filters=filters,
         state_dtype=torch.float64 if train["simulator_type"] == "libero" else torch.float32,
         fleet_config=fleet,
+        lerobot=lerobot,
     )
+
+
+def _lerobot(recorder: dict[str, Any]) -> dict[str, str] | None:
+    """verl-vla's LeRobot recorder's ``root`` and ``repo_id`` (its defaults where unset), or None when it is off."""
+    where = "cluster.env.env_worker.recorder"
+    section = _section(recorder, "lerobot", where)
+    if not recorder.get("enable") or "lerobot" not in list(recorder.get("recorders") or []) or not section.get("enable", True):
+        return None
+    root, repo_id = section.get("root", "/tmp/verl_vla_lerobot_records"), section.get("repo_id", "local/verl_vla_libero")
+    if not isinstance(root, str) or not root or not isinstance(repo_id, str) or not repo_id:
+        raise ConfigError(f"{where}.lerobot: root and repo_id must be non-empty strings, got root={root!r}, repo_id={repo_id!r}")
+    return {"root": root, "repo_id": repo_id}

@@ -16,6 +16,10 @@ and prints that field's two values in the header. The table has, per task and in
 each run's successes, episodes and rate with a 95% Wilson score interval, and the
 difference B - A with Newcombe's hybrid score interval (Newcombe 1998, method 10),
 which, unlike the Wald interval, stays inside [-1, 1] and behaves at rates of 0 and 1.
+
+Further pairs (``envfleet compare A1 B1 A2 B2 ...``, one pair of runs per suite) are compared
+pair by pair, and a last table sums them per LIBERO-PRO perturbation family
+(:mod:`envfleet_ray.commands.families`); one pair gets a one-row family table naming its family.
 """
 
 from __future__ import annotations
@@ -211,6 +215,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("run_a", metavar="RUN_A", help="summary.json or a run folder")
     parser.add_argument("run_b", metavar="RUN_B", help="summary.json or a run folder")
+    parser.add_argument(
+        "more",
+        nargs="*",
+        metavar="RUN",
+        help="further pairs RUN_A2 RUN_B2 ... (one pair per suite, e.g. LIBERO-PRO's _lan/_object/_swap/_task): "
+        "each pair is compared, then the pairs are summed per perturbation family",
+    )
     parser.add_argument("--allow", action="append", default=[], metavar="FIELD", help="a fingerprint field allowed to differ (repeatable)")
     parser.add_argument(
         "--metric", choices=sorted(METRICS), help="success_once or success_at_end (default: the named protocol's, else success_once)"
@@ -220,16 +231,31 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``envfleet compare`` with parsed ``args``; prints the table or the refusal and returns the exit code."""
-    a, b = load_summary(args.run_a), load_summary(args.run_b)
-    code, lines = compare(a, b, args.allow, args.metric)
-    if code == 0:
-        from .paired import paired_lines
+    from .families import family_lines
+    from .paired import paired_lines
 
+    paths = [args.run_a, args.run_b, *getattr(args, "more", [])]
+    if len(paths) % 2:
+        raise InvalidInputError(f"envfleet compare takes runs in pairs (RUN_A RUN_B [RUN_A2 RUN_B2 ...]), got {len(paths)} runs")
+    pairs = [(paths[i], paths[i + 1]) for i in range(0, len(paths), 2)]
+    summaries = [(load_summary(pa), load_summary(pb)) for pa, pb in pairs]
+    out: list[str] = []
+    for (path_a, path_b), (a, b) in zip(pairs, summaries):
+        code, lines = compare(a, b, args.allow, args.metric)
+        if len(pairs) > 1:
+            lines = [f"== {path_a} vs {path_b} (suite {flatten(a['fingerprint']).get('task_suite_name')})", *lines]
+        if code != 0:
+            print("\n".join(out + lines))
+            return code
         seed_a, seed_b = (flatten(s["fingerprint"]).get("seed") for s in (a, b))
-        lines += [
+        out += lines
+        out += [
             "",
             "independent rates above: Wilson intervals, B - A with Newcombe's interval",
-            *paired_lines(args.run_a, args.run_b, seed_a, seed_b, _metric(a, b, args.metric)),
+            *paired_lines(path_a, path_b, seed_a, seed_b, _metric(a, b, args.metric)),
+            "",
         ]
-    print("\n".join(lines))
-    return code
+    a0, b0 = summaries[0]
+    out += family_lines(summaries, METRICS[_metric(a0, b0, args.metric)])
+    print("\n".join(out))
+    return 0
