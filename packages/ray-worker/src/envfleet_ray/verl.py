@@ -146,14 +146,14 @@ class EnvWorker(Worker):  # type: ignore[misc]
         return await asyncio.to_thread(self.worker.finish_rollout, mode)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    async def stop_simulator(self, mode: str = "train") -> None:
-        """Offload: save every stage's state and free its processes; ``init_simulator`` brings them back."""
-        await asyncio.to_thread(self.worker.stop_simulator, mode)
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def node_info(self) -> dict[str, Any]:
         """Where this worker runs: host, IP, pid and its shards' pids (envfleet's ``EnvWorker.node_info``)."""
         return self.worker.node_info()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    async def stop_simulator(self, mode: str = "train") -> None:
+        """Offload: save every stage's state and free its processes; ``init_simulator`` brings them back."""
+        await asyncio.to_thread(self.worker.stop_simulator, mode)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def close(self) -> None:

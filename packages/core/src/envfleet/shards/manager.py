@@ -137,8 +137,7 @@ class ProcessEnvManager:
     def chunk(self) -> int:
         """The configured chunk length, for callers that need one fixed.
 
-        :raises ConfigError: ``actor.model.num_action_chunks`` is null (any length per call).
-        """
+        :raises ConfigError: ``actor.model.num_action_chunks`` is null (any length per call)."""
         if self.num_action_chunks is None:
             raise ConfigError("this needs a fixed chunk length: set actor.model.num_action_chunks (it is null, any length per call)")
         return self.num_action_chunks
@@ -441,10 +440,8 @@ class ProcessEnvManager:
         self.stats.sim_s += sim_s
 
     def __repr__(self) -> str:
-        return (
-            f"ProcessEnvManager(backend={self.spec.name!r}, stage={self.stage_id}, rank={self.rank}, "
-            f"num_envs={self.num_envs}, shards={self.num_shards}, running={self._running})"
-        )
+        where = f"backend={self.spec.name!r}, stage={self.stage_id}, rank={self.rank}, num_envs={self.num_envs}"
+        return f"ProcessEnvManager({where}, shards={self.num_shards}, running={self._running})"
 
 
 if TYPE_CHECKING:  # the type checker holds both classes to the one surface they share

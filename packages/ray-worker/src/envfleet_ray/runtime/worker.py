@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,34 +43,11 @@ from envfleet.remote import build_manager
 from . import ready_calls
 from .batch import OBS_KEYS, create_env_batch_dataproto, env_batch_dataproto, put_tensor_cpu
 from .metrics import EpisodeMetrics
+from .stages import StageState
 
 __all__ = ["EnvWorker", "put_tensor_cpu", "create_env_batch_dataproto", "env_batch_dataproto", "OBS_KEYS"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class StageState:
-    """What a worker keeps of one stage in one mode (train or val)."""
-
-    manager: ProcessEnvManager
-    #: The description of the episode each row is running. With auto_reset a step's own
-    #: descriptions are those of the episodes that replaced the ended ones.
-    running: list[str] | None = None
-    used_ids: set[int] = field(default_factory=set)  # state ids reset to since the last finish_rollout
-    restarts_reported: int = 0  # the manager's restarts already in a finish_rollout's metrics
-
-    def take_used_ids(self) -> set[int]:
-        """The state ids used since the last call, forgotten from here."""
-        used, self.used_ids = self.used_ids, set()
-        return used
-
-    def new_restart_causes(self, rank: int) -> list[dict[str, Any]]:
-        """The manager's restarts since the last call, each with this worker's rank."""
-        stats = self.manager.stats
-        causes = [{"rank": rank, **entry} for entry in stats.restart_log if entry["n"] > self.restarts_reported]
-        self.restarts_reported = stats.restarts
-        return causes
 
 
 class EnvWorker:
