@@ -252,3 +252,10 @@ def test_offload_and_restore_over_the_wire_match_in_process(tmp_path, no_leaks) 
         assert_same_results(got, want)
     finally:
         served.stop()
+
+
+def test_recording_beside_a_remote_stage_is_refused_before_connecting() -> None:
+    """train.record records where the simulators run: beside train.remote.address it is a ConfigError at once."""
+    cfg = local_cfg("train.record.format=lerobot", remote="127.0.0.1:9")  # port 9: nothing listens, nothing is tried
+    with pytest.raises(ConfigError, match=r"train.record records where the simulators run.*envfleet serve --config"):
+        build_manager(cfg)

@@ -13,9 +13,9 @@ Only the standard library and numpy: the client needs no Ray, no torch and no si
 from __future__ import annotations
 
 from .client import RemoteBackend, RemoteConnectionError, RemoteEnvManager, RemoteRefusedError
-from .config import RemoteConfig, build_manager, parse_address, read_token
+from .config import RemoteConfig, build_manager, in_process_manager, read_token
 from .server import EnvServer, ServeOptions, is_loopback
-from .wire import VERSION, WireError
+from .wire import VERSION, WireError, parse_address
 
 __all__ = [
     "RemoteEnvManager",
@@ -29,6 +29,7 @@ __all__ = [
     "WireError",
     "build_manager",
     "is_loopback",
+    "in_process_manager",
     "parse_address",
     "read_token",
 ]

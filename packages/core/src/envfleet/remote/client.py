@@ -36,9 +36,8 @@ from ..errors import (
 from ..shards.calls import ManagerStats
 from ..shards.recycling import RecyclingPool
 from ..validation import StateTable, as_env_ids, check_actions, check_reset_ids
-from .config import parse_address
 from .results import reset_result, restarted_step, step_result
-from .wire import SOCKET_BUFFER, VERSION, Frame, FrameLimits, WireError, read_frame, write_frame
+from .wire import SOCKET_BUFFER, VERSION, Frame, FrameLimits, WireError, parse_address, read_frame, write_frame
 
 __all__ = ["RemoteEnvManager", "RemoteBackend", "RemoteConnectionError", "RemoteRefusedError"]
 
@@ -386,6 +385,10 @@ class RemoteEnvManager:
 
     def wait_video(self) -> None:
         """The server waits for its videos before it answers ``flush_video``."""
+
+    def flush_dataset(self, meta: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """None: a remote stage records on the server, where the config it serves sets ``train.record``."""
+        return None
 
     # ------------------------------------------------------------------ results and reconnects
     def _timed(self, frame: Frame, deadline_s: float, restarted: bool = False) -> Frame | None:

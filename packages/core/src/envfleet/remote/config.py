@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import RemoteConfig  # the schema lives with the other env sections
 from ..errors import ConfigError
+from .wire import parse_address
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -22,17 +23,6 @@ if TYPE_CHECKING:
     from .client import RemoteEnvManager
 
 __all__ = ["RemoteConfig", "build_manager", "in_process_manager", "parse_address", "read_token"]
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port`` for IPv6) as ``(host, port)``.
-
-    :raises ConfigError: anything else.
-    """
-    host, sep, port = str(address).rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"remote address {address!r}: expected host:port, e.g. 127.0.0.1:7000")
-    return host.strip("[]"), int(port)
 
 
 def read_token(path: str | os.PathLike[str] | None) -> str | None:
@@ -69,6 +59,11 @@ def build_manager(
         from ..shards.manager import ProcessEnvManager
 
         return ProcessEnvManager(cfg, stage_id=stage_id, rank=rank, mode=mode, backend=backend)
+    if section.get("record") is not None and section.record.get("format") is not None:
+        raise ConfigError(
+            f"{mode}.record records where the simulators run: set it in the config the server serves "
+            f"(envfleet serve --config), not beside {mode}.remote.address"
+        )
     from .client import RemoteEnvManager
 
     manager = RemoteEnvManager(

@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EnvFleetError
+from ..errors import ConfigError, EnvFleetError
 from ..shards.recycling import RecyclingPool
 
 __all__ = [
+    "parse_address",
     "VERSION",
     "MAGIC",
     "DTYPES",
@@ -259,3 +260,14 @@ def arrays_with_prefix(frame: Frame, prefix: str) -> dict[str, np.ndarray]:
 def prefixed(prefix: str, arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """``arrays`` under names ``prefix + name`` (numeric arrays only; see :data:`DTYPES`)."""
     return {prefix + name: np.asarray(value) for name, value in arrays.items()}
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` for IPv6) as ``(host, port)``.
+
+    :raises ConfigError: anything else.
+    """
+    host, sep, port = str(address).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"remote address {address!r}: expected host:port, e.g. 127.0.0.1:7000")
+    return host.strip("[]"), int(port)

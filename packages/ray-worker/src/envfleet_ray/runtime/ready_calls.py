@@ -20,6 +20,7 @@ import numpy as np
 
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError
+from envfleet.remote import in_process_manager
 
 from .batch import env_batch_dataproto
 
@@ -59,7 +60,7 @@ def send_chunk(worker: EnvWorker, data: DataProto) -> None:
     if not isinstance(data, DataProto):
         raise InvalidInputError(f"send_chunk takes a DataProto, got {type(data).__name__}")
     stage = worker._stage(data)
-    manager = worker._running_stages(worker._mode(data))[stage].manager
+    manager = in_process_manager(worker._running_stages(worker._mode(data))[stage].manager, "EnvWorker.send_chunk")
     env_ids = _column(data, "env_ids", "the stage's env ids [n]")
     actions = _column(data, "actions", "[n, chunk, action_dim]")
     if isinstance(actions, np.ndarray) and actions.dtype.kind == "f" and actions.dtype != np.float32:
@@ -86,7 +87,7 @@ def recv_chunk(
     :raises InvalidInputError: what :meth:`~envfleet.shards.manager.ProcessEnvManager.recv_chunk` raises.
     """
     stage = worker._stage(DataProto.from_dict(meta_info={"stage_id": stage_id}))
-    manager = worker._running_stages(worker._mode(mode=mode))[stage].manager
+    manager = in_process_manager(worker._running_stages(worker._mode(mode=mode))[stage].manager, "EnvWorker.recv_chunk")
     end = None if timeout_s is None else time.monotonic() + max(float(timeout_s), 0.0)
     # The first wait checks min_ready and max_ready against the stage, with the manager's own message.
     first = manager.recv_chunk(min_ready, 0.0, max_ready)
