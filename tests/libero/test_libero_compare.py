@@ -72,4 +72,4 @@ def test_allow_compares_anyway_and_shows_the_field(runs: dict[str, Path]) -> Non
     assert "allowed to differ: settle_steps: A 10 | B 15" in out.stdout
     lines = out.stdout.splitlines()
     assert any(line.lstrip().startswith("all") for line in lines), out.stdout  # the table's total row
-    assert lines[-1].startswith("paired test: not run"), out.stdout  # summaries alone: no recorded episodes to pair
+    assert any(line.startswith("paired test: not run") for line in lines), out.stdout  # summaries alone: nothing to pair
