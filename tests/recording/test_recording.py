@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from envfleet.config import load_config
 from envfleet.errors import ConfigError
 from envfleet.recording import MARKER, RecordingError, read_episodes, read_frames, read_info
 from envfleet.recording import lerobot as lerobot_files
+from envfleet.recording.stage import check_record_dir
 
 N, CHUNK, DIM = 2, 4, 7
 
@@ -99,6 +102,38 @@ def test_a_directory_that_is_not_an_envfleet_dataset_is_refused_before_any_proce
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match=r"is a file"):
         ProcessEnvManager(cfg(str(tmp_path / "file")))
+
+
+def _check_and_mark(tmp: str, rank: int, rounds: int, barrier: Any, out: Any) -> None:
+    failures = []
+    for n in range(rounds):
+        record_dir = os.path.join(tmp, f"rec{n}")
+        barrier.wait()
+        try:
+            root = os.path.join(record_dir, "train", f"rank_{rank}_stage_0")
+            check_record_dir(record_dir, root)
+            os.makedirs(root, exist_ok=True)
+        except Exception as exc:  # handed back, so that the test names every failure
+            failures.append(f"round {n}: {type(exc).__name__}: {exc}")
+    out.put(failures)
+
+
+def test_workers_starting_together_share_one_record_dir(tmp_path) -> None:
+    """Four processes check and mark one fresh train.record.dir at the same instant, as a worker group does, 200 times."""
+    import multiprocessing as mp
+
+    ctx, procs, rounds = mp.get_context("fork"), 4, 200
+    barrier, out = ctx.Barrier(procs), ctx.Queue()
+    workers = [ctx.Process(target=_check_and_mark, args=(str(tmp_path), r, rounds, barrier, out)) for r in range(procs)]
+    for w in workers:
+        w.start()
+    failures = [f for _ in workers for f in out.get(timeout=120)]
+    for w in workers:
+        w.join(timeout=30)
+    assert failures == []
+    for n in range(rounds):
+        assert sorted(os.listdir(tmp_path / f"rec{n}")) == [MARKER, "train"]
+        assert json.loads((tmp_path / f"rec{n}" / MARKER).read_text())["format"] == "lerobot"
 
 
 def test_an_unknown_format_is_a_config_error(tmp_path) -> None:

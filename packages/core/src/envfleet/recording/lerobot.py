@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,8 +50,12 @@ def read_json(path: str) -> Any:
 
 
 def write_json_atomic(path: str, value: Any) -> None:
-    """Write ``value`` to ``path`` through a temporary file and a rename: readers see the old file or the new one."""
-    tmp = path + ".part"
+    """Write ``value`` to ``path`` through a temporary file and a rename: readers see the old file or the new one.
+
+    The temporary name is the writer's own (pid and a random part), so two processes writing the same
+    file never rename each other's temporary file away.
+    """
+    tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part"
     try:
         with open(tmp, "w") as fh:
             json.dump(value, fh, indent=2, default=str)

@@ -15,6 +15,7 @@ restart is a new episode.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from .lerobot import ENVFLEET_META, Episode, LeRobotDatasetFiles, read_json, video_key, write_json_atomic
+from .lerobot import ENVFLEET_META, Episode, LeRobotDatasetFiles, read_json, video_key
 from .options import RecordConfig, RecordFormat
 from .writer import DatasetWriter, RecordingError
 
@@ -61,10 +62,26 @@ def check_record_dir(record_dir: str, root: str | None) -> None:
         raise ConfigError(f"{root!r} exists and is not an envfleet dataset (no {ENVFLEET_META}); choose another train.record.dir")
     try:
         os.makedirs(record_dir, exist_ok=True)
-        if not os.path.exists(os.path.join(record_dir, MARKER)):
-            write_json_atomic(os.path.join(record_dir, MARKER), {"format": "lerobot", "layout": "{mode}/rank_{rank}_stage_{stage}"})
+        _mark(record_dir)
     except OSError as exc:
         raise RecordingError(f"train.record.dir {record_dir!r} cannot be written: {exc}") from exc
+
+
+def _mark(record_dir: str) -> None:
+    """Create ``record_dir``'s marker once, whichever of several workers starting together gets there first.
+
+    The marker is created exclusively and written in one call: no temporary file appears in the directory,
+    where another worker's :func:`check_record_dir` would see a non-empty directory without the marker.
+    """
+    body = json.dumps({"format": "lerobot", "layout": "{mode}/rank_{rank}_stage_{stage}"}).encode()
+    try:
+        fd = os.open(os.path.join(record_dir, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    try:
+        os.write(fd, body)
+    finally:
+        os.close(fd)
 
 
 def require_record_deps(cfg: RecordConfig) -> None:
