@@ -15,7 +15,7 @@ import typing
 from typing import Any
 
 SCHEMAS = {
-    "core": ("envfleet.config", ["EnvConfig", "InitParamsConfig", "VideoConfig", "RolloutConfig", "ModelConfig"]),
+    "core": ("envfleet.config", ["EnvConfig", "InitParamsConfig", "VideoConfig", "RemoteConfig", "RecordConfig", "RolloutConfig", "ModelConfig"]),
     "libero": ("envfleet_libero.plugin", ["LiberoConfig"]),
     "isaac": ("envfleet_isaac.plugin", ["IsaacConfig"]),
     "metaworld": ("envfleet_metaworld.plugin", ["MetaworldConfig"]),
@@ -26,6 +26,8 @@ PREFIX = {
     "EnvConfig": "train.",
     "InitParamsConfig": "train.init_params.",
     "VideoConfig": "train.video_cfg.",
+    "RemoteConfig": "train.remote.",
+    "RecordConfig": "train.record.",
     "RolloutConfig": "rollout.",
     "ModelConfig": "actor.model.",
     "LiberoConfig": "train.libero.",
@@ -56,6 +58,9 @@ def _comments(cls: type) -> dict[str, str]:
 def _type(tp: Any) -> str:
     if isinstance(tp, type) and issubclass(tp, enum.Enum):  # a behaviour switch: list what it takes
         return " | ".join(repr(member.value) for member in tp)
+    args = typing.get_args(tp)
+    if args and any(isinstance(a, type) and issubclass(a, enum.Enum) for a in args):  # a switch or null
+        return " | ".join("None" if a is type(None) else _type(a) for a in args)
     text = str(tp).replace("typing.", "")
     return getattr(tp, "__name__", text) if not typing.get_args(tp) else text
 
