@@ -406,11 +406,16 @@ def tests_maniskill(session: nox.Session) -> None:
 @nox.session(name="tests-lerobot", python=PY312)
 def tests_lerobot(session: nox.Session) -> None:
     """LeRobot 0.6.1's plugin discovery, env registry and lerobot-eval's rollout over envfleet's LeRobot
-    env package, on the toy backend (Python 3.12: LeRobot needs it)."""
+    env package, on the toy backend (Python 3.12: LeRobot needs it); LeRobot's LeRobotDataset loading what
+    envfleet recorded, from the gymnasium face here and from a LIBERO `envfleet rollout` in the tests
+    session's venv."""
     _install_py312(session)
+    # The LIBERO rollout whose dataset LeRobot loads runs in the tests session's venv (LIBERO, Ray).
+    main_python = _shared_venv(session, "tests", "requirements/py311.txt")
     args = session.posargs or ["tests/lerobot"]
     # HF_HUB_OFFLINE: nothing here may reach the hub; a test that tried would fail, not hang.
-    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env={"HF_HUB_OFFLINE": "1"})
+    env = {"HF_HUB_OFFLINE": "1", "ENVFLEET_MAIN_PYTHON": main_python}
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=env)
 
 
 @nox.session(name="gpu-check", python=PY311)
