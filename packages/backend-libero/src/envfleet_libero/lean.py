@@ -108,6 +108,7 @@ class OscSubstep:
         self.sim: Any = None
 
     def _resolve(self) -> None:
+        import mujoco
         from robosuite.controllers import osc
         from robosuite.models.grippers.panda_gripper import PandaGripper
 
@@ -138,6 +139,10 @@ class OscSubstep:
         ctrl_range = sim.model.actuator_ctrlrange[self.grip_actuators]
         self.grip_bias = 0.5 * (ctrl_range[:, 1] + ctrl_range[:, 0])
         self.grip_weight = 0.5 * (ctrl_range[:, 1] - ctrl_range[:, 0])
+        # ctrl's entries as slices where the actuators are one run (writing through a slice or the
+        # index array sets the same entries to the same values).
+        self.grip_ctrl: Any = _span(self.grip_actuators) or self.grip_actuators
+        self.arm_ctrl: Any = _span(self.arm_actuators) or self.arm_actuators
         # Views onto MjData's buffers (the same memory robosuite's accessors return each time).
         data = self.data
         self.xpos, self.xmat = data.site_xpos[self.site], data.site_xmat[self.site].reshape([3, 3])
@@ -148,21 +153,35 @@ class OscSubstep:
         self.orientation_error = osc.orientation_error
         self.opspace_matrices = osc.opspace_matrices
         self.nullspace_torques = osc.nullspace_torques
+        self.mj_jac_site, self.mj_full_m = mujoco.mj_jacSite, mujoco.mj_fullM
 
-    def __call__(self, action: np.ndarray) -> None:
-        """One non-policy sub-step's controls into ``ctrl``; the controller's and robot's attributes as robosuite leaves them."""
-        import mujoco
+    def begin(self, action: np.ndarray) -> None:
+        """Prepare the sub-steps of one ``env.step`` of ``action``: what is the same in all of them.
 
+        The controller and the gripper are the env's current ones; the gains' slices are views (the
+        same values robosuite slices at every sub-step); the gripper action and PandaGripper's
+        ``np.array([-1.0, 1.0]) * speed * np.sign(action)`` depend on the step's action only.
+        """
         if self.renv.sim is not self.sim:
             self._resolve()
-        model, data = self.model, self.data
         robot = self.renv.robots[0]
         c = robot.controller
+        self.robot, self.c, self.gripper = robot, c, robot.gripper
+        self.kp_pos, self.kp_ori, self.kd_pos, self.kd_ori = c.kp[0:3], c.kp[3:6], c.kd[0:3], c.kd[3:6]
+        self.gripper_action = gripper_action = action[: self.action_dim][self.control_dim :]
+        if self.panda_step is not None:  # PandaGripper.format_action
+            assert len(gripper_action) == 1
+            self.grip_delta = self.panda_step * np.sign(gripper_action)
+
+    def __call__(self) -> None:
+        """One non-policy sub-step's controls into ``ctrl``; the controller's and robot's attributes as robosuite leaves them."""
+        model, data = self.model, self.data
+        robot, c = self.robot, self.c
         # The controller's update (forward pass already done by mj_step1).
-        ee_pos = np.array(self.xpos)
-        ee_ori_mat = np.array(self.xmat)
+        ee_pos = self.xpos.copy()
+        ee_ori_mat = self.xmat.copy()
         jacp, jacr = self.jacp, self.jacr
-        mujoco.mj_jacSite(model, data, jacp, jacr, self.site)
+        self.mj_jac_site(model, data, jacp, jacr, self.site)
         qvel = self.qvel
         ee_pos_vel = np.dot(jacp, qvel)
         ee_ori_vel = np.dot(jacr, qvel)
@@ -173,7 +192,7 @@ class OscSubstep:
             joint_vel = qvel[qv].copy()
             j_pos = np.asfortranarray(jacp[:, qv])
             j_ori = np.asfortranarray(jacr[:, qv])
-            mujoco.mj_fullM(model, data, full_m)
+            self.mj_full_m(model, data, full_m)
             mass_matrix = np.asfortranarray(full_m[qv, qv])
             bias = self.qfrc_bias[qv]
         else:
@@ -181,16 +200,16 @@ class OscSubstep:
             joint_vel = qvel[self.qvel_index]
             j_pos = np.array(jacp[:, self.qvel_index])
             j_ori = np.array(jacr[:, self.qvel_index])
-            mujoco.mj_fullM(model, data, full_m)
+            self.mj_full_m(model, data, full_m)
             mass_matrix = full_m[self.qvel_index, :][:, self.qvel_index]
             bias = self.qfrc_bias[self.qvel_index]
         j_full = np.concatenate([j_pos, j_ori])  # what np.vstack does with two 2-D arrays
-        # OSC's run_controller (no interpolator: the goal as set at the policy step).
-        ori_error = self.orientation_error(np.array(c.goal_ori), ee_ori_mat)
-        position_error = np.array(c.goal_pos) - ee_pos
-        kp, kd = c.kp, c.kd
-        desired_force = np.multiply(position_error, kp[0:3]) + np.multiply(-ee_pos_vel, kd[0:3])
-        desired_torque = np.multiply(ori_error, kp[3:6]) + np.multiply(-ee_ori_vel, kd[3:6])
+        # OSC's run_controller (no interpolator: the goal as set at the policy step). robosuite copies
+        # the goal and the gains before reading them; the copies hold the same values.
+        ori_error = self.orientation_error(c.goal_ori, ee_ori_mat)
+        position_error = c.goal_pos - ee_pos
+        desired_force = np.multiply(position_error, self.kp_pos) + np.multiply(-ee_pos_vel, self.kd_pos)
+        desired_torque = np.multiply(ori_error, self.kp_ori) + np.multiply(-ee_ori_vel, self.kd_ori)
         lambda_full, lambda_pos, lambda_ori, nullspace_matrix = self.opspace_matrices(mass_matrix, j_full, j_pos, j_ori)
         if c.uncoupling:
             decoupled_wrench = np.concatenate([np.dot(lambda_pos, desired_force), np.dot(lambda_ori, desired_torque)])
@@ -204,17 +223,15 @@ class OscSubstep:
         c.new_update = True
         # SingleArm.control: clip, gripper, ctrl.
         # np.clip(a, low, high) with arrays is NumPy's clip ufunc, called here directly.
-        robot.torques = _clip(torques, self.torque_low, self.torque_high)
-        gripper_action = action[: self.action_dim][self.control_dim :]
-        gripper = robot.gripper
+        robot.torques = clipped = _clip(torques, self.torque_low, self.torque_high)
+        gripper = self.gripper
         if self.panda_step is not None:  # PandaGripper.format_action
-            assert len(gripper_action) == 1
-            gripper_actual = gripper.current_action = _clip(gripper.current_action + self.panda_step * np.sign(gripper_action), -1.0, 1.0)
+            gripper_actual = gripper.current_action = _clip(gripper.current_action + self.grip_delta, -1.0, 1.0)
         else:
-            gripper_actual = gripper.format_action(gripper_action)
+            gripper_actual = gripper.format_action(self.gripper_action)
         ctrl = self.ctrl
-        ctrl[self.grip_actuators] = self.grip_bias + self.grip_weight * gripper_actual
-        ctrl[self.arm_actuators] = robot.torques
+        ctrl[self.grip_ctrl] = self.grip_bias + self.grip_weight * gripper_actual
+        ctrl[self.arm_ctrl] = clipped
 
 
 class ObservableClocks:

@@ -136,6 +136,8 @@ class FastStep:
         if clocks is not None and not clocks.begin():
             clocks = None
         timestep, obs_cache = renv.model_timestep, renv._obs_cache
+        if osc is not None:
+            osc.begin(action)
         policy_step = True
         for _ in range(int(renv.control_timestep / renv.model_timestep)):
             if policy_step:
@@ -143,7 +145,7 @@ class FastStep:
             else:
                 mujoco.mj_step1(model, data)
             if osc is not None and not policy_step:
-                osc(action)
+                osc()
             else:
                 # An instance attribute shadows MjSim.forward for this env only, for the controller's call.
                 sim.forward = _noop
