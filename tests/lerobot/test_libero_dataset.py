@@ -19,20 +19,10 @@ import pytest
 import torch
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-from tests.recording.logging_policy import read_log
+from tests.recording.logging_policy import LIBERO_RUN, read_log
 
 REPO = Path(__file__).resolve().parents[2]
 CAMERAS = ("full_image", "wrist_image")
-LIBERO = [
-    "train.simulator_type=libero",
-    "train.task_suite_name=libero_spatial",
-    "train.num_envs=2",
-    "rollout.pipeline_stage_num=2",
-    "actor.model.num_action_chunks=8",
-    "train.max_episode_steps=16",
-    "train.init_params.camera_heights=64",
-    "train.init_params.camera_widths=64",
-]
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +45,7 @@ def libero_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         "VIRTUAL_ENV": os.path.dirname(os.path.dirname(python)),
     }
     cmd = [python, "-m", "envfleet_ray.cli", "rollout", "--steps", "5", "--no-progress", "--workers", "1", "--out", str(out)]
-    cmd += ["--policy", "tests.recording.logging_policy:logging_random", "train.record.format=lerobot", *LIBERO]
+    cmd += ["--policy", "tests.recording.logging_policy:logging_random", "train.record.format=lerobot", *LIBERO_RUN]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out, json.loads((out / "summary.json").read_text())

@@ -12,7 +12,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["logging_random", "read_log"]
+__all__ = ["LIBERO_RUN", "logging_random", "read_log"]
+
+# The LIBERO rollout the recording tests run with this policy (`envfleet rollout` overrides): 1 worker x 2 stages
+# x 2 envs of libero_spatial, 64x64, episodes of 2 chunks of 8.
+LIBERO_RUN = [
+    "train.simulator_type=libero",
+    "train.task_suite_name=libero_spatial",
+    "train.num_envs=2",
+    "rollout.pipeline_stage_num=2",
+    "actor.model.num_action_chunks=8",
+    "train.max_episode_steps=16",
+    "train.init_params.camera_heights=64",
+    "train.init_params.camera_widths=64",
+]
 
 
 def logging_random(chunk: int, action_dim: int, seed: int = 0) -> Any:

@@ -20,7 +20,7 @@ import pytest
 
 from envfleet.recording import find_datasets, read_episodes, read_frames, read_info
 
-from .logging_policy import read_log
+from .logging_policy import LIBERO_RUN, read_log
 
 
 def rollout(out: Path, *overrides: str, steps: int, workers: int = 1) -> dict:
@@ -145,27 +145,15 @@ def browse(page: str, where: Path) -> tuple[dict, Path]:
     return json.loads(html.unescape(found.group(1))), shot
 
 
-LIBERO = [
-    "train.simulator_type=libero",
-    "train.task_suite_name=libero_spatial",
-    "train.num_envs=2",
-    "rollout.pipeline_stage_num=2",
-    "actor.model.num_action_chunks=8",
-    "train.max_episode_steps=16",
-    "train.init_params.camera_heights=64",
-    "train.init_params.camera_widths=64",
-]
-
-
 def test_libero_rollouts_record_two_cameras_and_compare_as_pairs(tmp_path) -> None:
     out = tmp_path / "run"
-    summary = rollout(out, *LIBERO, steps=5)
+    summary = rollout(out, *LIBERO_RUN, steps=5)
     assert summary["episodes"] >= 8 and summary["sim_restarts"] == 0
     rows = check_against_run(out, summary, ("full_image", "wrist_image"))
     assert all(r["length"] == 2 for r in rows)
     # A second run over the same initial states (the same config, seed and policy): compared as pairs.
     other = tmp_path / "other"
-    again = rollout(other, *LIBERO, steps=5)
+    again = rollout(other, *LIBERO_RUN, steps=5)
     assert again["episodes"] == summary["episodes"]
     cmp = subprocess.run(
         [sys.executable, "-m", "envfleet_ray.cli", "compare", str(out), str(other)], capture_output=True, text=True, timeout=300
