@@ -45,19 +45,21 @@ def libero_installed() -> bool:
     return "libero" in list_backends()
 
 
+def libero_overrides(n: int, hw: int, render: str, stages: int = 1, chunk: int = 8) -> list[str]:
+    """Overrides of a libero_spatial config of ``n`` envs, ``hw`` x ``hw`` cameras, ``render``, ``stages`` stages, chunks of ``chunk``."""
+    return [
+        "train.simulator_type=libero",
+        "train.task_suite_name=libero_spatial",
+        f"train.num_envs={n}",
+        f"train.render={render}",
+        f"train.init_params.camera_heights={hw}",
+        f"train.init_params.camera_widths={hw}",
+        f"actor.model.num_action_chunks={chunk}",
+        f"rollout.pipeline_stage_num={stages}",
+    ]
+
+
 def libero_cfg(n: int, hw: int, render: str, stages: int = 1, chunk: int = 8) -> Any:
     from envfleet.config import load_config
 
-    return load_config(
-        overrides=[
-            "train.simulator_type=libero",
-            "train.task_suite_name=libero_spatial",
-            f"train.num_envs={n}",
-            f"train.render={render}",
-            f"train.init_params.camera_heights={hw}",
-            f"train.init_params.camera_widths={hw}",
-            f"actor.model.num_action_chunks={chunk}",
-            f"rollout.pipeline_stage_num={stages}",
-            "train.max_episode_steps=100000",
-        ]
-    )
+    return load_config(overrides=[*libero_overrides(n, hw, render, stages, chunk), "train.max_episode_steps=100000"])

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 from common import timed, write
-from configs import libero_installed, toy_cfg, toy_overrides
+from configs import libero_installed, libero_overrides, toy_cfg, toy_overrides
 
 TOKEN = "bench-token-0123456789abcdef"
 N, HW = 8, 256
@@ -207,15 +207,7 @@ def _libero() -> list[dict[str, Any]]:
     from envfleet.dataproto import DataProto
     from envfleet_ray import EnvWorker
 
-    overrides = [
-        "train.simulator_type=libero",
-        "train.task_suite_name=libero_spatial",
-        "train.num_envs=2",
-        "train.render=last",
-        "train.init_params.camera_heights=128",
-        "train.init_params.camera_widths=128",
-        "actor.model.num_action_chunks=8",
-    ]
+    overrides = libero_overrides(2, 128, "last")
     from envfleet.config import load_config
 
     def started(cfg: Any) -> Any:
