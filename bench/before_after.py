@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RENDER_ENV = {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}  # as noxfile.py's sessions set it
@@ -116,6 +117,21 @@ class Side:
         git("worktree", "remove", "--force", self.tree)
 
 
+def _row_labels(rows: list[dict[str, Any]]) -> list[str]:
+    """A name for each row that the other commit's table can match, so that a row one commit adds does not
+    shift the others: its ``case`` or ``what``; else its first text cell (the table's first column), or
+    its first two; else, where none of these tells the rows apart, the row's number."""
+
+    def text(row: dict[str, Any], n: int) -> str:
+        return " / ".join([str(v) for v in row.values() if isinstance(v, str)][:n])
+
+    for name in (lambda row: str(row.get("case") or row.get("what") or ""), lambda row: text(row, 1), lambda row: text(row, 2)):
+        labels = [name(row) for row in rows]
+        if all(labels) and len(set(labels)) == len(labels):
+            return labels
+    return [f"row {i + 1}" for i in range(len(rows))]
+
+
 def bench_figures(side: Side, section: str, log: str) -> Figures:
     """Run one bench section of ``side`` and read back its figures."""
     out = os.path.join(side.tree, "docs", "benchmarks", f"{section}.json")
@@ -127,8 +143,8 @@ def bench_figures(side: Side, section: str, log: str) -> Figures:
     with open(out) as fh:
         result = json.load(fh)
     figures: Figures = {("(section)", "wall (s)"): seconds}
-    for i, row in enumerate(result.get("rows", [])):
-        label = str(row.get("case") or row.get("what") or f"row {i + 1}")
+    rows = result.get("rows", [])
+    for label, row in zip(_row_labels(rows), rows):
         for column, value in row.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 figures[(label, column)] = float(value)
