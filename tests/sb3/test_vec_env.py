@@ -72,7 +72,9 @@ def test_steps_match_sb3s_dummy_vec_env(no_leaks) -> None:
         ref.close()
 
 
-def test_ppo_drives_it_through_sb3s_wrappers(no_leaks) -> None:
+def test_ppo_drives_it_through_sb3s_wrappers(no_leaks, tmp_path, monkeypatch) -> None:
+    # SB3's logger makes a folder for every learn(), in the system's temp directory unless told.
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path / "sb3"))
     # NatureCNN (MultiInputPolicy's image extractor) needs images of 36 pixels or more.
     cfg = toy_cfg(num_envs=2, max_steps=4 * CHUNK, **{"init_params.camera_heights": 36, "init_params.camera_widths": 36})
     venv = make_vec_env(cfg)
@@ -88,6 +90,7 @@ def test_ppo_drives_it_through_sb3s_wrappers(no_leaks) -> None:
         assert len(model.ep_info_buffer) >= 14 and all(ep["l"] <= 4 for ep in model.ep_info_buffer)
         mean, _ = evaluate_policy(model, wrapped, n_eval_episodes=2, warn=False)
         assert np.isfinite(mean)
+        assert (tmp_path / "sb3").is_dir()  # the folder went where the test said
     finally:
         torch.set_num_threads(threads)
         venv.close()
