@@ -20,6 +20,7 @@ alone without it.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -85,22 +86,25 @@ def _read_back() -> np.ndarray:
 
     shaders = os.path.join(os.path.dirname(sapien.__file__), "vulkan_shader")
     root = tempfile.mkdtemp(prefix="envfleet_brdf_")
-    pack = os.path.join(root, "readback")
-    os.mkdir(pack)
-    os.symlink(os.path.join(shaders, "common"), os.path.join(root, "common"))
-    # The minimal pack's own geometry passes, unmodified; our composite pass reads the table.
-    for name in ("gbuffer.vert", "gbuffer.frag", "composite.vert", "shadow.vert"):
-        os.symlink(os.path.join(shaders, "minimal", name), os.path.join(pack, name))
-    with open(os.path.join(pack, "composite0.frag"), "w") as fh:
-        fh.write(_READBACK)
-    scene = sapien.Scene()
-    camera = sapien.render.RenderCameraComponent(SIZE, SIZE, pack)
-    entity = sapien.Entity()
-    entity.add_component(camera)
-    scene.add_entity(entity)
-    scene.update_render()
-    camera.take_picture()
-    picture = np.asarray(camera.get_picture("Color"))[..., :2]
+    try:
+        pack = os.path.join(root, "readback")
+        os.mkdir(pack)
+        os.symlink(os.path.join(shaders, "common"), os.path.join(root, "common"))
+        # The minimal pack's own geometry passes, unmodified; our composite pass reads the table.
+        for name in ("gbuffer.vert", "gbuffer.frag", "composite.vert", "shadow.vert"):
+            os.symlink(os.path.join(shaders, "minimal", name), os.path.join(pack, name))
+        with open(os.path.join(pack, "composite0.frag"), "w") as fh:
+            fh.write(_READBACK)
+        scene = sapien.Scene()
+        camera = sapien.render.RenderCameraComponent(SIZE, SIZE, pack)
+        entity = sapien.Entity()
+        entity.add_component(camera)
+        scene.add_entity(entity)
+        scene.update_render()
+        camera.take_picture()
+        picture = np.asarray(camera.get_picture("Color"))[..., :2]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)  # the pack is read when the camera is built
     table = picture.astype(np.float16)
     if picture.dtype != np.float32 or not np.array_equal(table.astype(np.float32), picture):
         raise RuntimeError(f"SAPIEN's BRDF table did not read back as float16 values (picture dtype {picture.dtype})")
