@@ -20,7 +20,6 @@ alone without it.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -85,8 +84,8 @@ def _read_back() -> np.ndarray:
     import sapien
 
     shaders = os.path.join(os.path.dirname(sapien.__file__), "vulkan_shader")
-    root = tempfile.mkdtemp(prefix="envfleet_brdf_")
-    try:
+    # The pack is needed only until the picture is taken; the folder goes with the block.
+    with tempfile.TemporaryDirectory(prefix="envfleet_brdf_", ignore_cleanup_errors=True) as root:
         pack = os.path.join(root, "readback")
         os.mkdir(pack)
         os.symlink(os.path.join(shaders, "common"), os.path.join(root, "common"))
@@ -103,8 +102,6 @@ def _read_back() -> np.ndarray:
         scene.update_render()
         camera.take_picture()
         picture = np.asarray(camera.get_picture("Color"))[..., :2]
-    finally:
-        shutil.rmtree(root, ignore_errors=True)  # the pack is read when the camera is built
     table = picture.astype(np.float16)
     if picture.dtype != np.float32 or not np.array_equal(table.astype(np.float32), picture):
         raise RuntimeError(f"SAPIEN's BRDF table did not read back as float16 values (picture dtype {picture.dtype})")
