@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from envfleet.errors import InvalidInputError
-from envfleet_ray.commands.compare import compare, differences, flatten, newcombe, wilson
+from envfleet_ray.commands.compare import compare, differences, flatten
+from envfleet_ray.commands.intervals import newcombe, wilson
 
 
 def test_wilson_and_newcombe_match_newcombes_worked_examples() -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from envfleet_ray.commands.compare import wilson
 from envfleet_ray.commands.families import FAMILIES, family_counts, family_lines, suite_family
+from envfleet_ray.commands.intervals import wilson
 
 
 def _summary(suite: str, *counts: tuple[int, int]) -> dict:

@@ -15,7 +15,8 @@ and one line per differing field, when they differ in anything but what is sampl
 and prints that field's two values in the header. The table has, per task and in total,
 each run's successes, episodes and rate with a 95% Wilson score interval, and the
 difference B - A with Newcombe's hybrid score interval (Newcombe 1998, method 10),
-which, unlike the Wald interval, stays inside [-1, 1] and behaves at rates of 0 and 1.
+which, unlike the Wald interval, stays inside [-1, 1] and behaves at rates of 0 and 1
+(:mod:`envfleet_ray.commands.intervals`).
 
 Further pairs (``envfleet compare A1 B1 A2 B2 ...``, one pair of runs per suite) are compared
 pair by pair, and a last table sums them per LIBERO-PRO perturbation family
@@ -26,12 +27,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envfleet.errors import InvalidInputError
+
+from .families import family_lines
+from .intervals import diff_cell, rate_cell
+from .paired import paired_lines
 
 __all__ = [
     "SAMPLED_FIELDS",
@@ -39,8 +43,6 @@ __all__ = [
     "load_summary",
     "flatten",
     "differences",
-    "wilson",
-    "newcombe",
     "rendered_by",
     "compare",
     "add_parser",
@@ -53,8 +55,6 @@ SAMPLED_FIELDS: tuple[str, ...] = ("hash", "seed", "state_ids")
 #: ``success_once``: success at any step of an episode (the ``successes`` count);
 #: ``success_at_end``: success at its last step (``successes_at_end``).
 METRICS: dict[str, str] = {"success_once": "successes", "success_at_end": "successes_at_end"}
-
-_Z95 = 1.959963984540054
 
 
 def load_summary(path: str) -> dict[str, Any]:
@@ -101,27 +101,6 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, tuple[A
     return out
 
 
-def wilson(k: int, n: int, z: float = _Z95) -> tuple[float, float]:
-    """The Wilson score interval of a rate of ``k`` in ``n`` (``(0, 1)`` for ``n = 0``)."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def newcombe(k_a: int, n_a: int, k_b: int, n_b: int, z: float = _Z95) -> tuple[float, float]:
-    """Newcombe's hybrid score interval of the difference of rates ``k_b/n_b - k_a/n_a``."""
-    pa, pb = (k_a / n_a if n_a else 0.0), (k_b / n_b if n_b else 0.0)
-    la, ua = wilson(k_a, n_a, z)
-    lb, ub = wilson(k_b, n_b, z)
-    d = pb - pa
-    lower = d - math.sqrt((pb - lb) ** 2 + (ua - pa) ** 2)
-    upper = d + math.sqrt((ub - pb) ** 2 + (pa - la) ** 2)
-    return max(-1.0, lower), min(1.0, upper)
-
-
 def _fmt(value: Any) -> str:
     return "(absent)" if value is None else json.dumps(value, default=str) if not isinstance(value, str) else value
 
@@ -131,14 +110,6 @@ def _metric(a: dict[str, Any], b: dict[str, Any], chosen: str | None) -> str:
         return chosen
     named = {flatten(s["fingerprint"]).get("named_protocol.success_metric") for s in (a, b)} - {None}
     return str(named.pop()) if len(named) == 1 else "success_once"
-
-
-def _cell(k: int | None, n: int | None) -> str:
-    if k is None or n is None:
-        return f"{'-':>27}"
-    lo, hi = wilson(k, n)
-    rate = k / n if n else 0.0
-    return f"{k:>4}/{n:<4} {rate:>5.2f} [{lo:.2f}, {hi:.2f}]"
 
 
 def rendered_by(fingerprint: Mapping[str, Any]) -> str:
@@ -191,18 +162,11 @@ def compare(a: dict[str, Any], b: dict[str, Any], allow: Sequence[str] = (), met
         ka, na = (int(ra[key]), int(ra["episodes"])) if ra else (None, None)
         kb, nb = (int(rb[key]), int(rb["episodes"])) if rb else (None, None)
         desc = (ra or rb or {}).get("description", "")
-        lines.append(f"{task:>5}  {_cell(ka, na)}  {_cell(kb, nb)}  {_diff(ka, na, kb, nb)}  {desc}")
+        lines.append(f"{task:>5}  {rate_cell(ka, na)}  {rate_cell(kb, nb)}  {diff_cell(ka, na, kb, nb)}  {desc}")
         for i, v in enumerate((ka, na, kb, nb)):
             totals[i] += v or 0
-    lines.append(f"{'all':>5}  {_cell(totals[0], totals[1])}  {_cell(totals[2], totals[3])}  {_diff(*totals)}")
+    lines.append(f"{'all':>5}  {rate_cell(totals[0], totals[1])}  {rate_cell(totals[2], totals[3])}  {diff_cell(*totals)}")
     return 0, lines
-
-
-def _diff(ka: int | None, na: int | None, kb: int | None, nb: int | None) -> str:
-    if ka is None or na is None or kb is None or nb is None or not na or not nb:
-        return f"{'-':>22}"
-    lo, hi = newcombe(ka, na, kb, nb)
-    return f"{kb / nb - ka / na:>+6.2f} [{lo:+.2f}, {hi:+.2f}]"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -231,9 +195,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``envfleet compare`` with parsed ``args``; prints the table or the refusal and returns the exit code."""
-    from .families import family_lines
-    from .paired import paired_lines
-
     paths = [args.run_a, args.run_b, *getattr(args, "more", [])]
     if len(paths) % 2:
         raise InvalidInputError(f"envfleet compare takes runs in pairs (RUN_A RUN_B [RUN_A2 RUN_B2 ...]), got {len(paths)} runs")

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .intervals import diff_cell, rate_cell
+
 __all__ = ["FAMILIES", "suite_family", "family_counts", "family_lines"]
 
 #: LIBERO-PRO's perturbation families, by suite suffix; ``none`` for every other suite.
@@ -56,13 +58,11 @@ def family_counts(pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]], 
 
 def family_lines(pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]], key: str) -> list[str]:
     """The table of :func:`family_counts`: one row per family, with the suites it sums."""
-    from .compare import _cell, _diff  # the per-task table's cells, so both tables read alike
-
     lines = [f"per perturbation family (LIBERO-PRO suite suffix), {key} summed over {len(pairs)} suite(s):"]
     lines.append(f"{'family':>7}  {'A: k/n rate [95% CI]':>27}  {'B: k/n rate [95% CI]':>27}  {'B - A [95% CI]':>22}  suites")
     for family, r in family_counts(pairs, key).items():
         suites = ", ".join(str(s) for s in r["suites"])
         lines.append(
-            f"{family:>7}  {_cell(r['ka'], r['na'])}  {_cell(r['kb'], r['nb'])}  {_diff(r['ka'], r['na'], r['kb'], r['nb'])}  {suites}"
+            f"{family:>7}  {rate_cell(r['ka'], r['na'])}  {rate_cell(r['kb'], r['nb'])}  {diff_cell(r['ka'], r['na'], r['kb'], r['nb'])}  {suites}"
         )
     return lines

@@ -24,7 +24,8 @@ from typing import Any
 
 from envfleet.errors import InvalidInputError
 
-from .compare import load_summary, wilson
+from .compare import load_summary
+from .intervals import wilson
 
 __all__ = ["build_report", "add_parser", "run"]
 
