@@ -33,29 +33,15 @@ import platform
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from .doctor_remote import remote_address, remote_findings
+from .findings import Finding
 
 __all__ = ["Finding", "add_parser", "run", "doctor", "device_findings", "gpu_findings", "physx_finding"]
 
 _IMPORT_TIMEOUT_S = 300.0
 _GB = 1e9
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One check's outcome: ``status`` is ``"ok"``, ``"warn"`` or ``"FAIL"``; ``fix`` says what to do."""
-
-    status: str
-    what: str
-    fix: str = ""
-
-    def lines(self) -> list[str]:
-        """The check's line, and its fix's line when it has one."""
-        out = [f"{self.status:<5} {self.what}"]
-        if self.fix and self.status != "ok":
-            out.append(f"{'':<5} fix: {self.fix}")
-        return out
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -80,8 +66,6 @@ def run(args: argparse.Namespace) -> int:
     """
     if getattr(args, "config", None):
         from envfleet.config import load_config
-
-        from .doctor_remote import remote_address, remote_findings
 
         cfg = load_config(args.config, overrides=[n for n in args.names if "=" in n])
         if remote_address(cfg) is not None:

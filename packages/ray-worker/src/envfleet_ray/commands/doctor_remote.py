@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .doctor import Finding
+from .findings import Finding
 
 __all__ = ["remote_address", "remote_findings"]
 
