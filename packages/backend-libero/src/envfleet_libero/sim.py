@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .actions import SETTLE_ACTION
 from .physics import FastStep, fast_step_refusal, restore, snapshot
 from .scenes import Scene, building_dense, scene_cache
-
-if TYPE_CHECKING:
-    from .env import TaskInfo
+from .suites import TaskInfo
 
 __all__ = ["LiberoSim"]
 

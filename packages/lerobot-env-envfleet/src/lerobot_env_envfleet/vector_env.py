@@ -39,6 +39,8 @@ from envfleet.plugins import get_backend
 if TYPE_CHECKING:
     from envfleet.gym import EnvfleetVectorEnv
 
+    # Annotation only: LeRobot's env config makes these envs and they read its fields; one LeRobot env
+    # type's two sides (what the user types, what it builds), as LeRobot's own env packages keep them.
     from .config import EnvfleetEnvConfig
 
 __all__ = ["NEW_ROLLOUT_OPTION", "LeRobotTaskEnv", "episode_bound", "suite_envs"]

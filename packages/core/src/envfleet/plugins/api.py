@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, PluginContractError, PluginDeprecationWarning
 from ..options import OPTIONAL_KEYS
 
+# Annotation only, and the one import back: spec.py's BackendSpec is the declaration, this module the
+# rules its api_version invokes; one contract's two sides, each in the module a plugin author reads for it.
 if TYPE_CHECKING:
     from .spec import BackendSpec
 

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
+# Annotation only: the hook's one argument is the registry, which calls the hook; the hook and what it is
+# handed are one protocol's two sides, and the registry's machinery stays out of what a plugin author reads.
 if TYPE_CHECKING:
     from .registry import BackendRegistry
 

@@ -40,6 +40,8 @@ from .futures import unwrap_task_error
 from .recovery import concat_harmonized
 from .routes import DEAD_WORKER_ERRORS
 
+# Annotation only: a FirstReadyGroup is a way of stepping one EnvWorkerGroup, which builds it; one object's
+# two sides (the group's calls and the first-ready order over them).
 if TYPE_CHECKING:
     from .group import EnvWorkerGroup
 

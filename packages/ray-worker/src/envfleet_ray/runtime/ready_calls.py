@@ -27,6 +27,8 @@ from .batch import env_batch_dataproto
 if TYPE_CHECKING:
     from envfleet.shards.ready import ReadyChunk
 
+    # Annotation only: these are EnvWorker's own first-ready calls, kept apart from its verl-facing ones;
+    # one object's two sides.
     from .worker import EnvWorker
 
 __all__ = ["SLICE_S", "recv_chunk", "send_chunk"]
