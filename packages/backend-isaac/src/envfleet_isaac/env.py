@@ -1,5 +1,7 @@
 """``IsaacEnv``: every env of a stage as one batched Isaac Lab task, in the shard process.
 
+One job: Isaac Lab's batched task behind envfleet's ``Env`` contract; the parts below are its steps.
+
 Imported only inside a shard process (``BackendSpec.env_factory`` names it as a
 string). The design, in short (the README has the long version):
 

@@ -1,5 +1,7 @@
 """Configuration: OmegaConf structured schemas in verl's env-config layout.
 
+One job: user input in, one validated config value out (the schemas and their checks).
+
 A verl env yaml loads as it is (the ``env:`` level of a full verl trainer config is
 unwrapped). A backend's own keys live in ``train.<backend>`` and are validated
 against the dataclass the backend registers. Every unknown key, wrong type or bad

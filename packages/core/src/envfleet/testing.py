@@ -1,5 +1,7 @@
 """The backend conformance suite: pytest classes every backend runs against itself.
 
+One job: checking a backend against the ``Env`` contract the way envfleet runs it, as pytest classes.
+
 Subclass :class:`EnvConformance` in your backend's tests and say how to configure it::
 
     from envfleet.testing import EnvConformance

@@ -1,5 +1,7 @@
 """The part of :class:`~envfleet.dataproto.DataProto` that envfleet itself uses.
 
+One job: the batch envfleet builds and moves (fields, indexing, ``concat``, ``chunk``).
+
 Its three fields, building from tensors or arrays (the TensorDict built lazily),
 indexing, key selection, ``concat`` (merging ``metrics``) and ``chunk``: what the
 worker, the group and the loop call. verl's wider surface is

@@ -1,5 +1,7 @@
 """``EnvWorkerGroup``: EnvWorker actors in a placement group, driven from the trainer.
 
+One job: the trainer's handle on many workers: create them, split each call by rank, gather, revive.
+
 Data is split by worker rank and results are concatenated **worker-major**: rows
 ``[r*k:(r+1)*k]`` of a step belong to worker ``r`` (``k = num_envs`` for a step,
 ``num_envs * stage_num`` for a reset, itself stage-major within the worker).

@@ -1,5 +1,7 @@
 """Routes: how a group's step reaches each worker, one object per worker rank.
 
+One job: carrying a group's calls to its workers and their answers back (transport, not policy).
+
 A step reaches a worker one of three ways, and each is a :class:`Route` with the same small
 interface: :meth:`Route.send` a part and get a :class:`Share` back, whose :meth:`Share.result`
 gives the worker's answer or raises why it failed.

@@ -1,5 +1,7 @@
 """``EnvWorker``: one group of simulators per pipeline stage, behind verl's env-worker API.
 
+One job: verl's env-worker API over one manager per pipeline stage.
+
 A plain class: it runs in-process for tests and debugging, and becomes a Ray actor
 with ``ray.remote(EnvWorker)`` (see :class:`~envfleet_ray.runtime.group.EnvWorkerGroup`).
 The backend is found in the plugin registry by ``train.simulator_type``; this
