@@ -34,7 +34,10 @@ Soft resets do not grow the list, which is one more reason to reuse the env.
 ``render: last`` renders the cameras only where an observation is handed out (end
 of a reset, last sub-step of a chunk, the sub-step an episode ends), by swapping
 the camera observables' sensor functions; robosuite's sampling clocks run exactly
-as with ``render: all``, so the images are bit-identical to it.
+as with ``render: all``, so the images are bit-identical to it. A section that records
+a frame per sub-step (``train.record.frames: step``) hands out every sub-step's
+observation (:mod:`envfleet.recording.substeps`): its envs render every sub-step, and
+the envs of sections that do not record keep ``render: last`` as it is.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ import numpy as np
 from envfleet.batched_env import BatchedEnv
 from envfleet.env import ChunkStepResult, EnvContext, ResetResult
 from envfleet.plugins import backend_section
+from envfleet.recording.substeps import substep_spec
 from envfleet.validation import StateTable, as_env_ids, check_actions, check_reset_ids
 
 from .actions import ACTION_DIM, SETTLE_ACTIONS, apply_action_transform
@@ -107,7 +111,9 @@ class LiberoEnv(BatchedEnv):
         self.states = StateTable.contiguous(self.suite.state_task_ids())
         self.max_episode_steps = int(cfg.max_episode_steps or DEFAULT_MAX_EPISODE_STEPS[self.suite_name])
         self.init_episodes(cfg, ctx, self.max_episode_steps)
-        self.init_observations(self._spec)
+        # With train.record.frames: step, the observation of every sub-step too (substep/<key>).
+        self.init_observations({**self._spec, **substep_spec(cfg, self._spec, ctx.num_action_chunks)})
+        self.render_substeps = bool(self.substep_keys)
         self.sims: list[LiberoSim | None] = [None] * self.num_envs
         self._closed = False
 
@@ -171,6 +177,7 @@ class LiberoEnv(BatchedEnv):
             success = np.zeros(self.num_envs, dtype=bool)
             for i in np.nonzero(live)[0]:
                 success[i] = self._step_one(int(i), env_actions[i, k], last_of_chunk=k == chunk - 1)
+                self.keep_substep(int(i), k)
             t.record(k, live, success)
         flags = t.end_chunk()
         if self.cycle is not None and flags.ended.any():
@@ -258,7 +265,7 @@ class LiberoEnv(BatchedEnv):
         sim = self.sims[i]
         assert sim is not None
         t = self.tracker
-        render = self.render_all or last_of_chunk or t.length[i] + 1 >= self.max_episode_steps
+        render = self.render_all or self.render_substeps or last_of_chunk or t.length[i] + 1 >= self.max_episode_steps
         snap = None if render or t.ignore_terminations else sim.snapshot()
         obs = sim.step(action, render=render)
         success = sim.check_success()

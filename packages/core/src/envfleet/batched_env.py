@@ -29,6 +29,7 @@ import numpy as np
 
 from .env import Env, EnvContext, ObservationSpec
 from .episodes import EpisodeTracker, StateCycle
+from .recording.substeps import PREFIX as SUBSTEP
 from .validation import StateTable
 
 __all__ = ["BatchedEnv"]
@@ -53,6 +54,7 @@ class BatchedEnv(Env):
     obs: dict[str, np.ndarray]
     obs_spec: ObservationSpec
     observations_bound: bool = False
+    substep_keys: tuple[str, ...] = ()  # the observations kept per sub-step (recording per step), set by init_observations
 
     def observation_spec(self) -> ObservationSpec:
         """The spec given to :meth:`init_observations`."""
@@ -79,10 +81,18 @@ class BatchedEnv(Env):
         )
 
     def init_observations(self, spec: ObservationSpec) -> None:
-        """Zeroed observation arrays, one per key of ``spec``."""
+        """Zeroed observation arrays, one per key of ``spec`` (with the ``substep/`` keys of a section that
+        records per step, :func:`envfleet.recording.substeps.substep_spec`)."""
         self.obs_spec = dict(spec)
         self.obs = {key: np.zeros((self.num_envs, *s.shape), dtype=s.dtype) for key, s in spec.items()}
         self.observations_bound = False
+        self.substep_keys = tuple(key[len(SUBSTEP) :] for key in spec if key.startswith(SUBSTEP))
+
+    def keep_substep(self, i: int, k: int) -> None:
+        """Copy env ``i``'s current observation into row ``k`` of its sub-step observations (nothing when
+        the section does not record per step). Call it after writing sub-step ``k``'s observation."""
+        for key in self.substep_keys:
+            self.obs[SUBSTEP + key][i, k] = self.obs[key][i]
 
     def bind_observation_buffers(self, buffers: dict[str, np.ndarray]) -> bool:
         """Write observations straight into the shard's shared memory from now on: no copy per call.

@@ -51,6 +51,11 @@ def protocol(section: Any, spec: Any, renderer: Mapping[str, str]) -> dict[str, 
     named = protocol_record(section, spec)
     if named is not None:
         parts["named_protocol"] = named
+    record = section.get("record") if hasattr(section, "get") else None
+    if record is not None and record.get("format") is not None:
+        # What recording asks of the simulator: with frames: step the recorded envs render every sub-step.
+        step = str(getattr(record.frames, "value", record.frames)) == "step"
+        parts["recording"] = {"frames": "step" if step else "chunk", "renders": "every sub-step" if step else str(section.render)}
     return {
         "backend": str(spec.name),
         "packages": package_versions(["envfleet", spec.package, *spec.result_packages]),

@@ -107,6 +107,10 @@ class BackendSpec:
         selected with ``train.protocol`` (format: :mod:`envfleet.named_protocols`). ``None``: none.
     :param action_dim: the action size the backend expects, when fixed (also the default of
         ``actor.model.action_dim``).
+    :param action_dim_for: ``(cfg) -> int | None``: the action size under env section ``cfg``, for a
+        backend whose size depends on its section and is known before any shard starts (the
+        gymnasium backend reads it from the env's action space); used where :attr:`action_dim`
+        is ``None``, as the default of ``actor.model.action_dim`` and to check a size given there.
     :param max_episode_steps: ``(cfg) -> int | None``: the episode length in sub-steps the
         backend's env uses when the config's ``max_episode_steps`` is unset (LIBERO: the suite's
         horizon), for the callers that must know it before an env exists (LeRobot's eval loop);
@@ -128,6 +132,10 @@ class BackendSpec:
         (MuJoCo's offscreen renderer on EGL or OSMesa, chosen by ``MUJOCO_GL``), ``"vulkan"`` (SAPIEN's
         renderer: a Vulkan device, lavapipe on a CPU), or ``None`` when it
         needs no OpenGL (it renders without GL, or not at all).
+    :param control_fps: the backend's control rate, sub-steps per second of simulated time (LIBERO:
+        20); the fps of a dataset recorded per step (``train.record.frames: step``). ``None``: not known.
+    :param substep_observations: its env writes every sub-step's observation for a section that
+        records per step (:mod:`envfleet.recording.substeps`); without it ``frames: step`` is refused.
     :param package: the distribution that provides it (shown by ``envfleet backends``).
     :param description: one line for listings.
     """
@@ -141,12 +149,15 @@ class BackendSpec:
     protocol_parts: Callable[[Any], Mapping[str, Any]] | None = None
     protocols: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
     action_dim: int | None = None
+    action_dim_for: Callable[[Any], int | None] | None = None
     max_episode_steps: Callable[[Any], int | None] | None = None
     implements: AbstractSet[str] = frozenset()
     api_version: str | None = None
     check_config: dict[str, Any] = field(default_factory=dict)
     result_packages: tuple[str, ...] = ()
     renderer: str | None = None
+    control_fps: float | None = None
+    substep_observations: bool = False
     package: str = ""
     description: str = ""
 
@@ -191,6 +202,16 @@ class BackendSpec:
             _SPECS.pop(next(iter(_SPECS)))
         _SPECS[key] = dict(spec)
         return dict(spec)
+
+    def section_action_dim(self, cfg: Any) -> int | None:
+        """The action size this backend takes under env section ``cfg``: :attr:`action_dim`, else
+        what :attr:`action_dim_for` says, else ``None`` (not known before a shard starts)."""
+        if self.action_dim is not None:
+            return int(self.action_dim)
+        if self.action_dim_for is None:
+            return None
+        value = self.action_dim_for(cfg)
+        return None if value is None else int(value)
 
     @property
     def version(self) -> str:

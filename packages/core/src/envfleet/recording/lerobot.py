@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from . import stats as dstats
+
 __all__ = ["CODEBASE_VERSION", "CHUNKS_SIZE", "Episode", "LeRobotDatasetFiles", "video_key", "read_json", "write_json_atomic"]
 
 CODEBASE_VERSION = "v3.0"
@@ -35,6 +37,7 @@ DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 ENVFLEET_META = "meta/envfleet.json"
+STATS_PATH = "meta/stats.json"
 _INDEX_FEATURES = {name: "int64" for name in ("frame_index", "episode_index", "index", "task_index")}
 
 
@@ -109,6 +112,7 @@ class LeRobotDatasetFiles:
         self.total_episodes = 0
         self.total_frames = 0
         self.envfleet = dict(envfleet_meta)
+        self.stats: dict[str, dict[str, np.ndarray]] | None = None  # the counted episodes' statistics, aggregated
         info_path = os.path.join(root, "meta", "info.json")
         if os.path.exists(info_path):
             self._reopen(info_path)
@@ -133,6 +137,29 @@ class LeRobotDatasetFiles:
             self.tasks = dict(zip(table.column("task").to_pylist(), table.column("task_index").to_pylist()))
         old = read_json(os.path.join(self.root, ENVFLEET_META))
         self.envfleet = {**old, **self.envfleet, "fingerprints": old.get("fingerprints", [])}
+        self._restore_stats()
+
+    def _restore_stats(self) -> None:
+        """The dataset's statistics again from its counted episodes' rows, in order, as they were folded in.
+
+        ``meta/stats.json`` is written just before ``info.json`` counts an episode; a run killed between
+        the two leaves it one episode ahead, and reopening the dataset makes it agree again.
+        """
+        from .reader import read_episodes
+
+        for row in read_episodes(self.root):
+            ep: dict[str, dict[str, np.ndarray]] = {}
+            for column, value in row.items():
+                if column.startswith("stats/") and value is not None:
+                    feature, name = column[len("stats/") :].rsplit("/", 1)
+                    ep.setdefault(feature, {})[name] = np.asarray(value)
+            if ep:
+                self.stats = ep if self.stats is None else dstats.aggregate([self.stats, ep])
+        path = os.path.join(self.root, STATS_PATH)
+        if self.stats is not None:
+            write_json_atomic(path, dstats.to_json(self.stats))
+        elif os.path.exists(path):
+            os.remove(path)
 
     # ------------------------------------------------------------------ metadata
     def _write_info(self) -> None:
@@ -227,6 +254,10 @@ class LeRobotDatasetFiles:
         columns["index"] = pa.array(np.arange(self.total_frames, self.total_frames + n, dtype=np.int64))
         columns["task_index"] = pa.array(np.full(n, task_index, dtype=np.int64))
         self._write_parquet(pa.table(columns), os.path.join(self.root, DATA_PATH.format(**where)), written)
+        numeric = {k: c.to_numpy(zero_copy_only=False) for k, c in columns.items()}
+        numeric = {k: np.stack(list(v)) if v.dtype == object else v for k, v in numeric.items()}  # fixed-size lists: [n, width]
+        ep_stats = dstats.episode_stats(numeric, {video_key(c): frames for c, frames in ep.images.items()})
+        row.update(dstats.flatten(ep_stats))
         row.update({f"envfleet/{k}": v for k, v in ep.meta.items()})
         row["meta/episodes/chunk_index"], row["meta/episodes/file_index"] = where["chunk_index"], where["file_index"]
         self._write_parquet(pa.Table.from_pylist([row]), os.path.join(self.root, EPISODES_PATH.format(**where)), written)
@@ -236,13 +267,18 @@ class LeRobotDatasetFiles:
             except BaseException:
                 del self.tasks[ep.task]
                 raise
+        # Its statistics join the dataset's (in the order LeRobot's writer folds them in), then info.json counts it.
+        before = self.stats
+        self.stats = ep_stats if before is None else dstats.aggregate([before, ep_stats])
         self.total_episodes += 1
         self.total_frames += n
         try:
+            write_json_atomic(os.path.join(self.root, STATS_PATH), dstats.to_json(self.stats))
             self._write_info()
         except BaseException:
             self.total_episodes -= 1
             self.total_frames -= n
+            self.stats = before
             raise
 
     @staticmethod

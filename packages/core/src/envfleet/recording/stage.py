@@ -1,9 +1,16 @@
 """``StageRecorder``: one stage's envs cut into episodes as they run, handed to the writer thread.
 
-A frame is one chunk step of one env: the observation the chunk was chosen from (the reset's,
-or the previous step's), the action chunk sent (``[chunk, action_dim]``, flattened), the chunk's
-summed reward, whether the episode ended in it and whether it had succeeded by its end. The
-observation after an episode's last chunk is not a frame (no action follows it).
+With ``frames: chunk`` a frame is one chunk step of one env: the observation the chunk was chosen
+from (the reset's, or the previous step's), the action chunk sent (``[chunk, action_dim]``,
+flattened), the chunk's summed reward, whether the episode ended in it and whether it had
+succeeded by its end. With ``frames: step`` a frame is one sub-step: the observation before it
+(the reset's, or the previous sub-step's: :mod:`.substeps`), its action ``[action_dim]``, its
+reward, whether the episode ended at it and whether it had succeeded by then. Either way the
+observation after an episode's last action is not a frame (no action follows it).
+
+``keep: success`` writes only the episodes that succeeded (``success_once``) and were not cut by
+a simulator restart; episodes shorter than ``min_length`` frames are not written. Both are counted
+(``not_kept``, ``too_short``).
 
 Only finished episodes are written. An episode that a reset cuts short before it ended (or
 that is still running at close) is not written, and counted as ``unfinished_dropped``. An
@@ -15,16 +22,16 @@ restart is a new episode.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError
-from .lerobot import ENVFLEET_META, Episode, LeRobotDatasetFiles, read_json, video_key
-from .options import RecordConfig, RecordFormat
+from .checks import MARKER, cameras, check_record_config, check_record_dir, dataset_root, is_envfleet_dataset, require_record_deps
+from .lerobot import Episode, LeRobotDatasetFiles, video_key
+from .options import RecordConfig, RecordFrames, RecordKeep
+from .substeps import substep_spec
 from .writer import DatasetWriter, RecordingError
 
 __all__ = [
@@ -37,99 +44,18 @@ __all__ = [
     "MARKER",
 ]
 
-MARKER = "envfleet-record.json"  # in train.record.dir: says the directory holds envfleet's datasets
-
-
-def dataset_root(record_dir: str, mode: str, rank: int, stage: int) -> str:
-    """Where the dataset of one worker rank and stage goes."""
-    return os.path.join(record_dir, mode, f"rank_{rank}_stage_{stage}")
-
-
-def check_record_dir(record_dir: str, root: str | None) -> None:
-    """Refuse a ``train.record.dir`` that holds something other than envfleet's datasets; mark it as envfleet's.
-
-    :raises ConfigError: the path is a file, a non-empty directory without envfleet's marker, or a
-        dataset directory without ``meta/envfleet.json``.
-    """
-    if os.path.exists(record_dir) and not os.path.isdir(record_dir):
-        raise ConfigError(f"train.record.dir {record_dir!r} is a file; expected a directory for envfleet's datasets")
-    if os.path.isdir(record_dir) and os.listdir(record_dir) and not os.path.exists(os.path.join(record_dir, MARKER)):
-        raise ConfigError(
-            f"train.record.dir {record_dir!r} exists and is not an envfleet dataset directory (no {MARKER}); "
-            "choose a new or empty directory"
-        )
-    if root is not None and os.path.exists(root) and os.listdir(root) and not os.path.exists(os.path.join(root, ENVFLEET_META)):
-        raise ConfigError(f"{root!r} exists and is not an envfleet dataset (no {ENVFLEET_META}); choose another train.record.dir")
-    try:
-        os.makedirs(record_dir, exist_ok=True)
-        _mark(record_dir)
-    except OSError as exc:
-        raise RecordingError(f"train.record.dir {record_dir!r} cannot be written: {exc}") from exc
-
-
-def _mark(record_dir: str) -> None:
-    """Create ``record_dir``'s marker once, whichever of several workers starting together gets there first.
-
-    The marker is created exclusively and written in one call: no temporary file appears in the directory,
-    where another worker's :func:`check_record_dir` would see a non-empty directory without the marker.
-    """
-    body = json.dumps({"format": "lerobot", "layout": "{mode}/rank_{rank}_stage_{stage}"}).encode()
-    try:
-        fd = os.open(os.path.join(record_dir, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        return
-    try:
-        os.write(fd, body)
-    finally:
-        os.close(fd)
-
-
-def require_record_deps(cfg: RecordConfig) -> None:
-    """Raise :class:`~envfleet.errors.ConfigError` with the install command if recording cannot work here."""
-    try:
-        import av
-        import pyarrow  # noqa: F401
-    except ImportError as exc:
-        raise ConfigError(f"train.record needs PyAV and pyarrow ({exc}): pip install 'envfleet[record]'") from None
-    if cfg.video_codec not in av.codecs_available:
-        raise ConfigError(f"train.record.video_codec {cfg.video_codec!r} is not an encoder of this PyAV build; e.g. libx264rgb, libx264")
-
-
-def check_record_config(section: Any) -> None:
-    """Check an env section's ``record`` before anything starts: the dependencies, the codec and the directory.
-
-    :raises ConfigError: an unknown format, a missing dependency or codec, a directory that is not envfleet's.
-    """
-    cfg = section.record
-    if cfg.format is None:
-        return
-    if RecordFormat(cfg.format) is not RecordFormat.lerobot:
-        raise ConfigError(f"train.record.format {cfg.format!r}: expected one of {[f.value for f in RecordFormat]} or null")
-    require_record_deps(cfg)
-    check_record_dir(str(cfg.dir), None)
-
-
-def _cameras(spec: Mapping[str, Any], chosen: Any) -> list[str]:
-    images = [k for k, s in spec.items() if np.dtype(s.dtype) == np.uint8 and len(s.shape) == 3 and s.shape[-1] == 3]
-    if chosen is None:
-        return images
-    keys = [str(k) for k in chosen]
-    wrong = [k for k in keys if k not in images]
-    if wrong:
-        raise ConfigError(f"train.record.image_keys is {keys}: {wrong} not among the backend's camera images {images}")
-    return keys
-
 
 class StageRecorder:
     """Records one stage's finished episodes to ``{record.dir}/{mode}/rank_{rank}_stage_{stage}``.
 
-    Built by :class:`~envfleet.shards.manager.ProcessEnvManager` when ``record.format`` is set;
-    checks the directory and the dependencies at once, before any step.
+    Built by :class:`~envfleet.shards.manager.ProcessEnvManager` when ``record.format`` is set
+    (:meth:`for_stage`); checks the directory and the dependencies at once, before any step.
 
     :param section: the stage's env section (``train`` or ``val``) of the loaded config.
     :param obs_spec: the backend's observation spec.
     :param chunk: the configured chunk length (None: taken from the first step).
     :param task_of: state ids -> their task ids.
+    :param backend: the stage's backend (its control rate, whether it hands out sub-step observations).
     """
 
     def __init__(
@@ -143,18 +69,29 @@ class StageRecorder:
         chunk: int | None,
         action_dim: int,
         task_of: Callable[[np.ndarray], np.ndarray],
+        backend: Any = None,
     ) -> None:
         cfg: RecordConfig = section.record
         check_record_config(section)
         self.cfg = cfg
         self.section = section
+        self.per_step = RecordFrames(cfg.frames) is RecordFrames.step
+        self.keep_success = RecordKeep(cfg.keep) is RecordKeep.success
+        if int(cfg.min_length) < 1:
+            raise ConfigError(f"train.record.min_length is {cfg.min_length}: expected an integer >= 1 (frames)")
+        self.fps = self._fps(backend)
         self.fingerprinted = False  # a fingerprint reached meta/envfleet.json (finish_rollout, or close)
         self.state_ids: set[int] = set()
         self.root = dataset_root(str(cfg.dir), mode, rank, stage)
         check_record_dir(str(cfg.dir), self.root)
-        self.cameras = _cameras(obs_spec, cfg.image_keys)
+        self.cameras = cameras(obs_spec, cfg.image_keys)
         self.state_key = "state" if "state" in obs_spec else None
         self.spec = obs_spec
+        self.substep_spec: dict[str, Any] = {}
+        if self.per_step:
+            if chunk is None:
+                raise ConfigError("train.record.frames: step needs a fixed chunk length (actor.model.num_action_chunks)")
+            self.substep_spec = substep_spec(section, obs_spec, chunk)
         self.n: int | None = None
         self.chunk, self.action_dim, self.task_of = chunk, int(action_dim), task_of
         self.base = {
@@ -165,10 +102,51 @@ class StageRecorder:
             "backend": str(section.simulator_type),
         }
         self.unfinished_dropped = 0
+        self.not_kept = 0  # finished episodes keep: success left out
+        self.too_short = 0  # finished episodes under min_length frames
         self.sim_restarted: list[int] = []
         self._obs: list[dict[str, np.ndarray] | None] = []
         self._episodes: list[Episode | None] = []
         self.writer: DatasetWriter | None = None
+
+    @classmethod
+    def for_stage(cls, manager: Any) -> StageRecorder:
+        """The recorder of a :class:`~envfleet.shards.manager.ProcessEnvManager`'s stage."""
+        return cls(
+            manager.env_cfg,
+            manager.obs_spec,
+            mode=manager.mode,
+            rank=manager.rank,
+            stage=manager.stage_id,
+            chunk=manager.num_action_chunks,
+            action_dim=manager.action_dim,
+            task_of=lambda ids: manager._states_table().tasks_of(ids),
+            backend=manager.spec,
+        )
+
+    def _fps(self, backend: Any) -> int:
+        name = getattr(backend, "name", str(self.section.simulator_type))
+        if self.per_step and not getattr(backend, "substep_observations", False):
+            raise ConfigError(
+                f"train.record.frames: step: backend {name!r} does not hand out its sub-steps' observations "
+                "(BackendSpec.substep_observations); record frames: chunk"
+            )
+        if self.cfg.fps is not None:
+            if int(self.cfg.fps) < 1:
+                raise ConfigError(f"train.record.fps is {self.cfg.fps}: expected a positive integer, or null")
+            return int(self.cfg.fps)
+        if not self.per_step:
+            return 10
+        control = getattr(backend, "control_fps", None)
+        if control is None:
+            raise ConfigError(f"train.record.fps is null and backend {name!r} declares no control rate (BackendSpec.control_fps): set it")
+        return int(round(float(control)))
+
+    def cost(self) -> str:
+        """What recording asks of the simulator, for the summary and the fingerprint."""
+        if self.per_step:
+            return "frames: step: the recorded envs render every sub-step (render: last is off for them)"
+        return "frames: chunk: nothing more is rendered (a frame is the observation the chunk was chosen from)"
 
     # ------------------------------------------------------------------ dataset
     def _features(self) -> dict[str, dict[str, Any]]:
@@ -176,27 +154,35 @@ class StageRecorder:
         for cam in self.cameras:
             h, w, c = (int(x) for x in self.spec[cam].shape)
             info = {"video.height": h, "video.width": w, "video.codec": "h264" if "264" in self.cfg.video_codec else self.cfg.video_codec}
-            info.update({"video.pix_fmt": self.cfg.pix_fmt, "video.fps": int(self.cfg.fps), "video.channels": c, "has_audio": False})
+            info.update({"video.pix_fmt": self.cfg.pix_fmt, "video.fps": self.fps, "video.channels": c, "has_audio": False})
             info["is_depth_map"] = False
             feats[video_key(cam)] = {"dtype": "video", "shape": [h, w, c], "names": ["height", "width", "channels"], "info": info}
         if self.state_key is not None:
             feats["observation.state"] = {"dtype": "float32", "shape": [int(np.prod(self.spec["state"].shape))], "names": None}
         assert self.chunk is not None
-        feats["action"] = {"dtype": "float32", "shape": [self.chunk * self.action_dim], "names": None}
+        width = self.action_dim if self.per_step else self.chunk * self.action_dim
+        feats["action"] = {"dtype": "float32", "shape": [width], "names": None}
         for name, dtype in (("next.reward", "float32"), ("next.done", "bool"), ("next.success", "bool")):
             feats[name] = {"dtype": dtype, "shape": [1], "names": None}
         return feats
 
     def _start_writer(self) -> DatasetWriter:
         features = self._features()
+        frame = (
+            "one frame per sub-step: the observation before it, then its action"
+            if self.per_step
+            else "one frame per chunk step: the observation the chunk was chosen from, then the chunk sent"
+        )
         meta = {
             **self.base,
             "envfleet_dataset": 1,
-            "frame": "one frame per chunk step: the observation the chunk was chosen from, then the chunk sent",
-            "action_shape": [self.chunk, self.action_dim],
+            "frames": "step" if self.per_step else "chunk",
+            "frame": frame,
+            "recording_cost": self.cost(),
+            "action_shape": [self.action_dim] if self.per_step else [self.chunk, self.action_dim],
             "video": {"codec": self.cfg.video_codec, "pix_fmt": self.cfg.pix_fmt, "crf": int(self.cfg.crf)},
         }
-        return DatasetWriter(lambda: LeRobotDatasetFiles(self.root, features, int(self.cfg.fps), meta), self.cfg.queue_episodes, self.root)
+        return DatasetWriter(lambda: LeRobotDatasetFiles(self.root, features, self.fps, meta), self.cfg.queue_episodes, self.root)
 
     # ------------------------------------------------------------------ hooks
     def _copy_obs(self, obs: Mapping[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
@@ -223,8 +209,38 @@ class StageRecorder:
                 self.unfinished_dropped += 1
             self._begin(result.obs, int(i), int(ids[j]), int(tasks[j]), result.task_descriptions[i])
 
-    def on_step(self, actions: np.ndarray, result: Any) -> None:
-        """Add the step's frame to each running episode; hand finished episodes to the writer."""
+    def _add(self, ep: Episode, obs: Mapping[str, np.ndarray], action: np.ndarray, reward: float, done: bool, success: bool) -> None:
+        for cam in self.cameras:
+            ep.images[cam].append(obs[cam])
+        if self.state_key is not None:
+            ep.state.append(obs[self.state_key].reshape(-1))
+        ep.action.append(np.array(action, dtype=np.float32))
+        ep.reward.append(float(reward))
+        ep.done.append(bool(done))
+        ep.success.append(bool(success))
+
+    def _add_substeps(self, ep: Episode, i: int, actions: np.ndarray, result: Any, substeps: Mapping[str, np.ndarray]) -> None:
+        """Env ``i``'s frames of one chunk, one per sub-step it simulated (up to the one its episode ended at)."""
+        obs = self._obs[i]
+        assert obs is not None
+        ended = np.asarray(result.truncations[i], dtype=bool)
+        if not self.section.ignore_terminations:
+            ended = ended | np.asarray(result.terminations[i], dtype=bool)
+        success = np.asarray(result.infos.get("success", result.terminations)[i], dtype=bool)
+        succeeded = bool(ep.success[-1]) if len(ep) else False
+        for k in range(actions.shape[1]):
+            succeeded = succeeded or bool(success[k])
+            self._add(ep, obs, actions[i, k], float(result.rewards[i, k]), bool(ended[k]), succeeded)
+            if ended[k]:
+                break
+            obs = {key: np.array(substeps[key][i, k]) for key in obs}
+        self._obs[i] = obs
+
+    def on_step(self, actions: np.ndarray, result: Any, substeps: Mapping[str, np.ndarray] | None = None) -> None:
+        """Add the step's frames to each running episode; hand finished episodes to the writer.
+
+        :param substeps: the sub-step observations (``frames: step``; :mod:`.substeps`).
+        """
         if self.writer is not None:
             self.writer.raise_error()
         if self.n is None:
@@ -247,19 +263,22 @@ class StageRecorder:
             ep, obs = self._episodes[i], self._obs[i]
             if ep is None or obs is None:
                 continue  # finished: stepped on until its next reset, not recorded
-            for cam in self.cameras:
-                ep.images[cam].append(obs[cam])
-            if self.state_key is not None:
-                ep.state.append(obs[self.state_key].reshape(-1))
-            ep.action.append(np.array(actions[i], dtype=np.float32))
-            ep.reward.append(float(rewards[i]))
-            ep.done.append(bool(ended[i] or restarted[i]))
-            ep.success.append(bool(success[i]))
             if restarted[i]:
+                # The chunk's sub-steps were lost with the simulator: the episode ends at its last frame.
+                if not self.per_step:
+                    self._add(ep, obs, actions[i], float(rewards[i]), True, bool(success[i]))
+                elif len(ep):
+                    ep.done[-1] = True
                 ep.meta["sim_restarted"] = True
                 self._finish(ep, infos, i)
                 self._begin(result.obs, i, ep.meta["state_id"], ep.meta["task_id"], result.task_descriptions[i])
-            elif ended[i]:
+                continue
+            if self.per_step:
+                assert substeps is not None, "frames: step needs the chunk's sub-step observations"
+                self._add_substeps(ep, i, actions, result, substeps)
+            else:
+                self._add(ep, obs, actions[i], float(rewards[i]), bool(ended[i]), bool(success[i]))
+            if ended[i]:
                 self._finish(ep, infos, i)
                 if reset_to[i] >= 0:
                     task = int(self.task_of(reset_to[i : i + 1])[0])
@@ -274,9 +293,15 @@ class StageRecorder:
             if key in infos:
                 value = np.asarray(infos[key])[i]
                 ep.meta[key] = float(value) if key == "episode_return" else bool(value)
+        restarted = bool(ep.meta["sim_restarted"])
+        if len(ep) < int(self.cfg.min_length) or not len(ep):
+            self.too_short += 1
+            return
+        if self.keep_success and (restarted or not ep.meta.get("success_once", False)):
+            self.not_kept += 1  # a restart cut it: never kept as a success
+            return
         if self.writer is None:
             self.writer = self._start_writer()
-        restarted = bool(ep.meta["sim_restarted"])
 
         def write(dataset: LeRobotDatasetFiles) -> None:
             if restarted:
@@ -291,15 +316,15 @@ class StageRecorder:
 
         Returns where the dataset is and what it holds.
         """
+        counts = {"unfinished_dropped": self.unfinished_dropped, "not_kept": self.not_kept, "too_short": self.too_short}
+        kind = {"frames_kind": "step" if self.per_step else "chunk", "fps": self.fps, "recording_cost": self.cost()}
         if self.writer is None:
-            return {"root": self.root, "episodes": 0, "frames": 0, "unfinished_dropped": self.unfinished_dropped}
+            return {"root": self.root, "episodes": 0, "frames": 0, **counts, **kind}
         extra = dict(meta or {})
         self.fingerprinted = self.fingerprinted or "fingerprint" in extra
 
         def write_meta(dataset: LeRobotDatasetFiles) -> None:
-            dataset.write_envfleet_meta(
-                {**extra, "sim_restarted_episodes": list(self.sim_restarted), "unfinished_dropped": self.unfinished_dropped}
-            )
+            dataset.write_envfleet_meta({**extra, "sim_restarted_episodes": list(self.sim_restarted), **counts})
 
         self.writer.put(write_meta)
         self.writer.flush()
@@ -309,7 +334,8 @@ class StageRecorder:
             "episodes": ds.total_episodes,
             "frames": ds.total_frames,
             "sim_restarted_episodes": list(self.sim_restarted),
-            "unfinished_dropped": self.unfinished_dropped,
+            **counts,
+            **kind,
             "queue_full": self.writer.queue_full,
             "queue_wait_s": self.writer.queue_wait_s,
         }
@@ -326,6 +352,7 @@ class StageRecorder:
             writer, self.writer = self.writer, None
             if not writer.failed:
                 update: dict[str, Any] = {"sim_restarted_episodes": list(self.sim_restarted), "unfinished_dropped": self.unfinished_dropped}
+                update.update(not_kept=self.not_kept, too_short=self.too_short)
                 if not self.fingerprinted:
                     update.update(self._fingerprint(renderer))
                 writer.put(lambda ds: ds.write_envfleet_meta(update))
@@ -341,9 +368,3 @@ class StageRecorder:
             seen = {"error": f"{type(exc).__name__}: {exc}"}
         parts = protocol(self.section, get_backend(str(self.section.simulator_type)), seen)
         return {"protocol": parts, "fingerprint": fingerprint(parts, self.state_ids)}
-
-
-def is_envfleet_dataset(root: str) -> bool:
-    """Whether ``root`` holds a dataset envfleet recorded."""
-    path = os.path.join(root, ENVFLEET_META)
-    return os.path.exists(path) and bool(read_json(path).get("envfleet_dataset"))

@@ -36,6 +36,7 @@ from ..env import ChunkStepResult, EnvContext, ResetResult
 from ..errors import ClosedEnvironmentError, ConfigError, SimulatorStoppedError
 from ..options import Mode
 from ..plugins import BackendSpec, get_backend
+from ..recording.substeps import split_substeps
 from ..validation import StateTable, as_env_ids, check_actions, check_reset_ids
 from .calls import ManagerStats, ShardCalls, replay_reset
 from .handle import RestartBudget, ShardHandle, ShardSet
@@ -90,10 +91,17 @@ class ProcessEnvManager:
         self._obs_pool = RecyclingPool()
         self._shard_set = ShardSet()
         self._finalizer = weakref.finalize(self, self._shard_set.cleanup)
+        self._dataset: Any = None  # a recording.StageRecorder when train.record.format is set
+        if self.env_cfg.record.format is not None:
+            from ..recording import StageRecorder
+
+            self._dataset = StageRecorder.for_stage(self)
+        # Shared memory also holds the sub-step observations of a stage recording per step (recording.substeps).
+        self._layout_spec = {**self.obs_spec, **(self._dataset.substep_spec if self._dataset is not None else {})}
         size = self.spec.shard_size(self.env_cfg, self.num_envs)
         for index, start in enumerate(range(0, self.num_envs, size)):
             env_slice = slice(start, min(start + size, self.num_envs))
-            layout = ShmLayout(self.obs_spec, env_slice.stop - env_slice.start)
+            layout = ShmLayout(self._layout_spec, env_slice.stop - env_slice.start)
             budget = RestartBudget(int(self.env_cfg.max_restarts), float(self.env_cfg.restart_window_s))
             self._shard_set.shards.append(ShardHandle(index, env_slice, layout, self._shard_set.log_dir, budget))
         context = EnvContext(0, self.action_dim, self.num_action_chunks, rank=self.rank, stage_id=self.stage_id, mode=self.mode)
@@ -101,26 +109,12 @@ class ProcessEnvManager:
         self.step_timeout_s = self._calls.step_timeout_s
         self.start_timeout_s = self._calls.start_timeout_s
         self.reset_timeout_s = self._calls.reset_timeout_s
-        self._ready = FirstReady(self._calls, self._replies, self.obs_spec, self.action_dim, self.num_action_chunks)
+        self._ready = FirstReady(self._calls, self._replies, self._layout_spec, self.action_dim, self.num_action_chunks)
         self._recorder: Any = None
         if self.env_cfg.video_cfg.save_video:
             from ..video import VideoRecorder
 
             self._recorder = VideoRecorder(self.env_cfg.video_cfg, self.num_envs, self.obs_spec)
-        self._dataset: Any = None  # a recording.StageRecorder when train.record.format is set
-        if self.env_cfg.record.format is not None:
-            from ..recording import StageRecorder
-
-            self._dataset = StageRecorder(
-                self.env_cfg,
-                self.obs_spec,
-                mode=self.mode,
-                rank=self.rank,
-                stage=self.stage_id,
-                chunk=self.num_action_chunks,
-                action_dim=self.action_dim,
-                task_of=lambda ids: self._states_table().tasks_of(ids),
-            )
 
     # ------------------------------------------------------------------ properties
     @property
@@ -263,6 +257,7 @@ class ProcessEnvManager:
                 shard.last_reset = (state_ids[sl].copy(), None if task_ids is None else task_ids[sl].copy())
             obs = self._new_obs()
             replies, restarted, sim_s = self._calls.call_all(Command.RESET, replay_reset, obs)
+            split_substeps(obs)
             _, infos, descriptions = self._replies.merge(self.shards, replies, restarted, Command.RESET)
             result = ResetResult(obs=obs, task_descriptions=descriptions, infos=infos)
             self._account(t0, sim_s)
@@ -306,6 +301,7 @@ class ProcessEnvManager:
                 requests[shard.index] = ResetSomeRequest(local, state_ids[mine], None if task_ids is None else task_ids[mine])
             obs = self._new_obs()
             replies, restarted, sim_s = self._calls.call_all(Command.RESET_SOME, lambda s: requests[s.index], obs)
+            split_substeps(obs)
             _, infos, descriptions = self._replies.merge(self.shards, replies, restarted, Command.RESET)
             self._account(t0, sim_s)
             result = ResetResult(obs=obs, task_descriptions=descriptions, infos=infos)
@@ -329,6 +325,7 @@ class ProcessEnvManager:
                 lambda s: StepRequest(raw[s.env_slice.start * row : s.env_slice.stop * row], (s.num_envs, *actions.shape[1:])),
                 obs,
             )
+            substeps = split_substeps(obs)
             flags, infos, descriptions = self._replies.merge(self.shards, replies, restarted, Command.STEP, chunk)
             result = ChunkStepResult(
                 obs=obs,
@@ -342,7 +339,7 @@ class ProcessEnvManager:
             if self._recorder is not None:
                 self._recorder.add(result.obs, result.infos.get("task_id"), result.rewards, result.infos.get("success_once"))
             if self._dataset is not None:
-                self._dataset.on_step(actions, result)
+                self._dataset.on_step(actions, result, substeps)
             return result
 
     # ------------------------------------------------------------------ first-ready stepping
@@ -432,7 +429,7 @@ class ProcessEnvManager:
 
     # ------------------------------------------------------------------ results
     def _new_obs(self) -> dict[str, np.ndarray]:
-        return {k: self._obs_pool.take(k, (self.num_envs, *s.shape), s.dtype) for k, s in self.obs_spec.items()}
+        return {k: self._obs_pool.take(k, (self.num_envs, *s.shape), s.dtype) for k, s in self._layout_spec.items()}
 
     def _account(self, t0: float, sim_s: float) -> None:
         self.stats.calls += 1

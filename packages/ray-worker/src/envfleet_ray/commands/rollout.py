@@ -186,7 +186,8 @@ def _print_report(summary: dict[str, Any], stats: Any, out_dir: str) -> None:
     for cause in summary["restart_causes"]:
         print(_restart_line(cause))
     for ds in summary.get("datasets", []):
-        print(f"dataset: {ds['root']} ({ds['episodes']} episodes, {ds['frames']} frames)")
+        cost = f"; {ds['recording_cost']}" if ds.get("recording_cost") else ""
+        print(f"dataset: {ds['root']} ({ds['episodes']} episodes, {ds['frames']} frames{cost})")
     for path in summary["videos"]:
         print(f"video: {path}")
     print(f"summary: {os.path.join(out_dir, 'summary.json')}")

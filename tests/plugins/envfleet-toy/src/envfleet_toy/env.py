@@ -18,6 +18,7 @@ import numpy as np
 
 from envfleet.batched_env import BatchedEnv
 from envfleet.env import ArraySpec, ChunkStepResult, EnvContext, ObservationSpec, ResetResult
+from envfleet.recording.substeps import substep_spec
 from envfleet.validation import StateTable, as_env_ids, check_actions, check_reset_ids
 
 from .plugin import DEFAULT_MAX_EPISODE_STEPS, observation_spec
@@ -69,7 +70,8 @@ class ToyEnv(BatchedEnv):
         self.init_episodes(cfg, ctx, cfg.max_episode_steps or DEFAULT_MAX_EPISODE_STEPS)
         self.pos = np.zeros((self.num_envs, 2))
         self.goal = np.zeros((self.num_envs, 2))
-        self.init_observations(self._spec)
+        # train.record.frames: step: every sub-step's observation too (envfleet.recording.substeps).
+        self.init_observations({**self._spec, **substep_spec(cfg, self._spec, ctx.num_action_chunks)})
         self._chunks = 0
         # The background and goal stamp are drawn once; a render is two slice writes.
         yy = np.arange(h)[:, None]
@@ -147,8 +149,10 @@ class ToyEnv(BatchedEnv):
             d = self.pos - self.goal
             success = d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1] < GOAL_RADIUS * GOAL_RADIUS
             t.record(k, live, success)
-            if self.render_all and idx.size:
+            if (self.render_all or self.substep_keys) and idx.size:
                 self._render(idx)
+            for i in idx.tolist() if self.substep_keys else ():
+                self.keep_substep(i, k)
             if self.planted_bug == "render_last_differs" and not self.render_all and k == chunk - 2:
                 self._render(np.nonzero(touched)[0])  # a sub-step too early
         if not self.render_all and self.planted_bug != "render_last_differs":

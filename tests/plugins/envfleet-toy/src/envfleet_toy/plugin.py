@@ -88,6 +88,8 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             max_episode_steps=lambda cfg: DEFAULT_MAX_EPISODE_STEPS,
             implements={"auto_reset", "ignore_terminations", "render"},
             api_version="2.0",  # the envfleet plugin API it is written for
+            control_fps=10,  # a sub-step stands for 0.1 s
+            substep_observations=True,
             package="envfleet-toy",
             description="2-D point mass reaching a coloured goal; pure numpy, deterministic",
         )
