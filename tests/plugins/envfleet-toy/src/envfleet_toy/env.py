@@ -91,7 +91,7 @@ class ToyEnv(BatchedEnv):
     def observation_spec(self) -> ObservationSpec:
         if self.planted_bug == "own_spec_differs":
             return {**self._spec, "state": ArraySpec((9,), "float32")}
-        return dict(self._spec)
+        return dict(self.obs_spec)  # with the substep/ keys of a section recording per step
 
     def get_all_state_ids(self) -> np.ndarray:
         return self.states.state_ids.copy()
