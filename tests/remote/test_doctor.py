@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from envfleet.remote.wire import VERSION
+
 from .servetools import overrides, serve
 
 
@@ -22,7 +24,7 @@ def test_doctor_checks_the_server_and_reports_its_backend(tmp_path, no_leaks) ->
         good = _doctor(tmp_path, served.address, served.token_file)
         assert good.returncode == 0, good.stdout + good.stderr
         lines = good.stdout.splitlines()
-        assert any(line.startswith("ok") and "token accepted, wire version 1" in line for line in lines), good.stdout
+        assert any(line.startswith("ok") and f"token accepted, wire version {VERSION}" in line for line in lines), good.stdout
         assert any("backend toy" in line and "4 envs" in line and "chunk 4" in line for line in lines), good.stdout
         assert any("versions on the server" in line and "envfleet " in line for line in lines), good.stdout
         assert any("renderer:" in line for line in lines), good.stdout

@@ -92,6 +92,7 @@ class RemoteConfig:
     ca_file: str | None = None  # the CA (or self-signed certificate) to trust; null: the system's CAs. Implies tls
     timeout_s: float | None = None  # deadline of one call; null: the server's step deadline plus 30 s
     reconnect_s: float = 30.0  # how long a call keeps trying to reach a restarted server before it fails
+    take: bool = False  # take the stage even from a holder whose lease runs (one known dead); its next call fails naming this client
 
 
 @dataclass

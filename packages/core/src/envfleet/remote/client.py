@@ -1,12 +1,14 @@
 """``RemoteEnvManager``: one stage served by ``envfleet serve``, with the call surface of ``ProcessEnvManager``.
 
 Everything above a manager (the worker, the faces) runs over it unchanged. It needs only
-core: no Ray, no torch, no simulator. A call that loses its connection (the server was
+core: no Ray, no torch, no simulator. While it is open it keeps the stage's lease on its own
+(:mod:`envfleet.remote.lease`). A call that loses its connection (the server was
 killed or restarted) reconnects within ``reconnect_s``, opens the stage again, resets its
 envs to the state ids they last reset to and reports them as a restarted shard is
 reported: the fresh reset's observations, zero rewards, a truncation at the last sub-step
 and ``infos["sim_restarted"]`` True. A server that does not answer within ``timeout_s``
-(stalled) is given up on with :class:`RemoteConnectionError`.
+(stalled) is given up on with :class:`RemoteConnectionError`; a stage another client took, or
+whose lease ran out, is a :class:`RemoteStageLostError` for this and every later call.
 
 >>> mgr = RemoteEnvManager("10.0.0.5:7000", token="s3cret", stage_id=0)   # doctest: +SKIP
 >>> mgr.start_simulator(); mgr.reset_envs_to_state_ids(np.arange(4))     # doctest: +SKIP
@@ -15,7 +17,6 @@ and ``infos["sim_restarted"]`` True. A server that does not answer within ``time
 
 from __future__ import annotations
 
-import socket
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -24,42 +25,15 @@ from typing import Any
 import numpy as np
 
 from ..env import ArraySpec, ChunkStepResult, ResetResult
-from ..errors import (
-    ClosedEnvironmentError,
-    ConfigError,
-    EnvFleetError,
-    EnvFleetSimulatorError,
-    InvalidInputError,
-    RestartLimitError,
-    SimulatorStoppedError,
-)
+from ..errors import ClosedEnvironmentError, ConfigError, EnvFleetError, SimulatorStoppedError
 from ..shards.calls import ManagerStats
-from ..shards.recycling import RecyclingPool
 from ..validation import StateTable, as_env_ids, check_actions, check_reset_ids
+from .connection import Connection, RemoteConnectionError, RemoteRefusedError, RemoteStageLostError
+from .lease import LeaseKeeper
 from .results import reset_result, restarted_step, step_result
-from .wire import SOCKET_BUFFER, VERSION, Frame, FrameLimits, WireError, parse_address, read_frame, write_frame
+from .wire import Frame, parse_address
 
-__all__ = ["RemoteEnvManager", "RemoteBackend", "RemoteConnectionError", "RemoteRefusedError"]
-
-
-class RemoteConnectionError(EnvFleetError, ConnectionError):
-    """The server could not be reached, stopped answering, or broke the protocol."""
-
-
-class RemoteRefusedError(EnvFleetError, PermissionError):
-    """The server refused: ``code`` is ``auth`` (token), ``version`` (wire version) or ``busy`` (stage held)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-_ERRORS: dict[str, type[Exception]] = {
-    "input": InvalidInputError,
-    "state": SimulatorStoppedError,
-    "restart_limit": RestartLimitError,
-    "simulator": EnvFleetSimulatorError,
-}
+__all__ = ["RemoteEnvManager", "RemoteBackend", "RemoteConnectionError", "RemoteRefusedError", "RemoteStageLostError"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +68,9 @@ class RemoteEnvManager:
     :param timeout_s: deadline of one call; ``None``: the server's deadline for that call plus 30 s.
     :param connect_timeout_s: deadline to connect and be welcomed.
     :param reconnect_s: how long a call whose connection broke keeps trying to reconnect.
+    :param take: take the stage even from a holder whose lease still runs (one you know is dead: a
+        restarted trainer's wedged old process); the old holder's next call raises
+        :class:`RemoteStageLostError` naming this client. A holder past its lease gives way without it.
     """
 
     def __init__(
@@ -110,33 +87,36 @@ class RemoteEnvManager:
         timeout_s: float | None = None,
         connect_timeout_s: float = 10.0,
         reconnect_s: float = 30.0,
+        take: bool = False,
     ) -> None:
         self.address = address
         self.host, self.port = parse_address(address)
         self.stage_id, self.rank, self.mode = int(stage_id), int(rank), str(mode)
-        self._token = token
-        self._ssl: ssl.SSLContext | None = None
-        if tls or ca_file is not None:
-            self._ssl = ssl.create_default_context(cafile=ca_file)
-        self._server_hostname = server_hostname or self.host
+        context = ssl.create_default_context(cafile=ca_file) if tls or ca_file is not None else None
         self.connect_timeout_s = float(connect_timeout_s)
         self.reconnect_s = float(reconnect_s)
         self._timeout_s = timeout_s
         self.stats = ManagerStats()
-        self._sock: socket.socket | None = None
+        self._conn = Connection(address, self.host, self.port, token, context, server_hostname or self.host, self.connect_timeout_s)
         self._running = False
         self._closed = False
         self._states: StateTable | None = None
         self._last = _Last()
-        self._pool = RecyclingPool()  # the replies' payloads, reused once their arrays are dropped
         self._supports_state = False
         self._sim_s_seen = 0.0
-        self._open()
+        self._open(take)
+        assert self._conn.lease_s is not None
+        self._keeper = LeaseKeeper(self._conn, self._conn.lease_s)
 
     # ------------------------------------------------------------------ connection
-    def _open(self) -> None:
+    @property
+    def lease_s(self) -> float | None:
+        """The server's lease: the stage is freed when it hears nothing for this long (the keeper pings)."""
+        return self._conn.lease_s
+
+    def _open(self, take: bool = False) -> None:
         """Connect, authenticate and open the stage; sets the stage's facts."""
-        opened = self._connect()
+        opened = self._connect(take)
         self.num_envs = int(opened.get("num_envs"))
         self.action_dim = int(opened.get("action_dim"))
         chunk = opened.get("num_action_chunks")
@@ -156,76 +136,17 @@ class RemoteEnvManager:
         self.reset_timeout_s = float(opened.get("reset_timeout_s"))
         self.start_timeout_s = float(opened.get("start_timeout_s"))
 
-    def _connect(self) -> Frame:
-        try:
-            raw = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
-        except OSError as exc:
-            raise RemoteConnectionError(f"cannot connect to envfleet server {self.address}: {exc}") from None
-        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)  # a step's reply arrives without waiting for window updates
-        sock: socket.socket = raw
-        try:
-            if self._ssl is not None:
-                sock = self._ssl.wrap_socket(raw, server_hostname=self._server_hostname)
-            self._sock = sock
-            self._ask(
-                Frame("hello", {"token": self._token, "client": "envfleet.remote", "wire_version": VERSION}),
-                "welcome",
-                self.connect_timeout_s,
-            )
-            return self._ask(
-                Frame("open", {"mode": self.mode, "stage_id": self.stage_id, "rank": self.rank}), "opened", self._start_deadline(60.0)
-            )
-        except ssl.SSLError as exc:
-            self._drop()
-            raise RemoteConnectionError(f"TLS with envfleet server {self.address} failed: {exc}") from None
-        except BaseException:
-            self._drop()
-            raise
-
-    def _start_deadline(self, default: float) -> float:
-        return float(getattr(self, "start_timeout_s", default)) + 30.0
-
-    def _drop(self) -> None:
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            try:
-                sock.close()
-            except OSError:
-                pass
-
-    def _ask(self, frame: Frame, expect: str, timeout: float) -> Frame:
-        """Send ``frame`` and read its reply; a server ``error`` is raised as the matching exception."""
-        if self._sock is None:
-            raise RemoteConnectionError(f"not connected to envfleet server {self.address}")
-        try:
-            self._sock.settimeout(timeout)
-            write_frame(self._sock, frame)
-            reply = read_frame(self._sock, FrameLimits(header=16 << 20, payload=1 << 34), timeout, self._pool)
-        except (OSError, EOFError) as exc:  # TimeoutError is an OSError
-            self._drop()
-            what = "did not answer in time" if isinstance(exc, TimeoutError) else f"connection lost ({exc or type(exc).__name__})"
-            raise RemoteConnectionError(f"envfleet server {self.address}: {frame.type}: {what}") from None
-        except WireError as exc:
-            self._drop()
-            raise RemoteConnectionError(f"envfleet server {self.address} sent a bad frame: {exc}") from None
-        if reply.type == "error":
-            code, message = str(reply.get("code")), str(reply.get("message"))
-            if reply.get("fatal"):
-                self._drop()
-            if code in ("auth", "version", "busy"):
-                raise RemoteRefusedError(code, f"envfleet server {self.address} refused: {message}")
-            raise _ERRORS.get(code, EnvFleetError)(f"envfleet server {self.address}: {message}")
-        if reply.type != expect:
-            self._drop()
-            raise RemoteConnectionError(f"envfleet server {self.address} answered {frame.type!r} with {reply.type!r}, expected {expect!r}")
-        return reply
+    def _connect(self, take: bool = False) -> Frame:
+        fields = {"mode": self.mode, "stage_id": self.stage_id, "rank": self.rank}
+        if take:
+            fields["take"] = True
+        return self._conn.dial(fields, float(getattr(self, "start_timeout_s", 60.0)) + 30.0)
 
     def _call(self, frame: Frame, expect: str, timeout: float) -> Frame:
         self._check_open()
-        if self._sock is None:
+        if self._conn.sock is None and self._conn.lost is None:
             raise RemoteConnectionError(f"envfleet server {self.address}: the connection was lost earlier; make a new manager")
-        return self._ask(frame, expect, timeout if self._timeout_s is None else float(self._timeout_s))
+        return self._conn.ask(frame, expect, timeout if self._timeout_s is None else float(self._timeout_s))
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -275,12 +196,13 @@ class RemoteEnvManager:
             return
         self._closed = True
         self._running = False
-        if self._sock is not None:
+        self._keeper.stop()
+        if self._conn.sock is not None:
             try:
-                self._ask(Frame("bye"), "bye", 10.0)
+                self._conn.ask(Frame("bye"), "bye", 10.0)
             except EnvFleetError:
                 pass
-        self._drop()
+        self._conn.drop()
 
     def __enter__(self) -> RemoteEnvManager:
         self.start_simulator()
@@ -291,7 +213,7 @@ class RemoteEnvManager:
 
     def __del__(self) -> None:
         try:
-            self._drop()
+            self._conn.drop()
         except Exception:
             pass
 
@@ -398,7 +320,7 @@ class RemoteEnvManager:
         try:
             reply = self._call(frame, "result", deadline_s + 30.0)
         except RemoteConnectionError as exc:
-            if restarted or self._last.state_ids is None or self._sock is not None:
+            if restarted or self._last.state_ids is None or self._conn.sock is not None:
                 raise
             self._reconnect(exc)
             return None
@@ -420,7 +342,7 @@ class RemoteEnvManager:
         while time.monotonic() < deadline:
             try:
                 self._connect()
-                reply = self._ask(Frame("start"), "started", self.start_timeout_s + 30.0)
+                reply = self._conn.ask(Frame("start"), "started", self.start_timeout_s + 30.0)
                 self._supports_state = bool(reply.get("supports_state"))
                 self._sim_s_seen = 0.0
                 self.stats.restarts += 1

@@ -76,6 +76,7 @@ def build_manager(
         ca_file=remote.get("ca_file"),
         timeout_s=remote.get("timeout_s"),
         reconnect_s=float(remote.get("reconnect_s", 30.0)),
+        take=bool(remote.get("take", False)),
     )
     chunk = cfg.actor.model.num_action_chunks
     expected = {

@@ -1,10 +1,12 @@
 """``EnvServer``: the stages of one config behind a TCP (optionally TLS) socket.
 
 Each accepted connection is a :class:`~envfleet.remote.session.Session` on a thread of its
-own. A stage (mode, stage id, rank) is held by one session at a time: a second client that
-asks for a held stage gets a ``busy`` error, and the stage is freed (its shard processes
-stopped, its shared memory unlinked) as soon as its session ends. docs/remote.md describes
-the protocol; ``envfleet serve`` is the command that runs this.
+own; who gets one is :mod:`envfleet.remote.admission`'s business. A stage (mode, stage id,
+rank) is held by one session at a time, on a lease: a second client that asks for a held stage
+gets a ``busy`` error while its holder's lease runs, and takes it over at once from a holder past
+its lease, or from any holder not in a call when it asks to (``take``). The stage is freed (its
+shard processes stopped, its shared memory unlinked) as soon as its session ends or misses its
+lease. docs/remote.md describes the protocol; ``envfleet serve`` is the command that runs this.
 
 >>> server = EnvServer(cfg, ServeOptions(port=0, token=b"s3cret"))   # doctest: +SKIP
 >>> server.start(); print(server.address)                           # doctest: +SKIP
@@ -18,12 +20,14 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig
 
+from .admission import RateLimitedLog, StrangerBudget
 from .session import Session
 from .wire import SOCKET_BUFFER, VERSION, error_frame, write_frame
 
@@ -41,11 +45,18 @@ class ServeOptions:
     token: bytes | None = None  # None: no authentication (loopback only, with --insecure)
     ssl_context: ssl.SSLContext | None = None
     max_connections: int = 16  # open connections at once, authenticated or not; more are refused
-    auth_timeout_s: float = 10.0  # a connection that has not authenticated by then is closed
-    idle_timeout_s: float = 3600.0  # a session with no request for this long is closed and its stage freed
+    max_unauthenticated: int | None = None  # of them, not yet authenticated (below the total); None: half the total
+    auth_timeout_s: float = 5.0  # a connection that has not authenticated by then is closed
+    lease_s: float = 30.0  # a session that holds a stage and sends no request for this long loses the stage
+    idle_timeout_s: float = 3600.0  # a session without a stage and with no request for this long is closed
     send_timeout_s: float = 60.0  # a reply the client does not take within this long ends its session
     max_payload: int = 256 * 1024 * 1024  # a cap on the largest request payload; the open stage's actions set the usual one
     max_ranks: int = 64  # ranks a client may name (each rank's stage is its own set of envs)
+
+    @property
+    def strangers(self) -> int:
+        """The cap on unauthenticated connections: ``max_unauthenticated``, or half of ``max_connections``."""
+        return self.max_connections // 2 if self.max_unauthenticated is None else self.max_unauthenticated
 
 
 def is_loopback(host: str) -> bool:
@@ -76,8 +87,14 @@ class EnvServer:
         self.options = options
         self.manager_factory = manager_factory
         self.stage_num = int(cfg.rollout.pipeline_stage_num)
+        if options.lease_s <= 0:
+            raise ValueError(f"the lease must be longer than 0 s, got {options.lease_s}")
         self.stopping = False
-        self._lock = threading.Lock()
+        #: Guards the held stages, the stranger budget and each session's lease fields.
+        self.lock = threading.Lock()
+        self.budget = StrangerBudget(options.max_connections, options.strangers)
+        #: Warnings about connections that have not authenticated: drops, refusals (rate-limited).
+        self.strangers_log = RateLimitedLog(log)
         self._held: dict[tuple[str, int, int], Session] = {}
         self._sessions: dict[Session, threading.Thread] = {}
         self._listener: socket.socket | None = None
@@ -94,7 +111,11 @@ class EnvServer:
         self._listener = listener
         self._accept_thread = threading.Thread(target=self._accept_loop, name="envfleet-serve-accept", daemon=True)
         self._accept_thread.start()
-        log.info("serving %s on %s (wire version %d, tls %s)", self.cfg.train.simulator_type, self.address, VERSION, self.tls)
+        log.info(
+            "serving %s on %s (wire version %d, tls %s, lease %g s, %d connections of which %d unauthenticated)",
+            self.cfg.train.simulator_type, self.address, VERSION, self.tls, self.options.lease_s,
+            self.options.max_connections, self.options.strangers,
+        )  # fmt: skip
 
     @property
     def tls(self) -> bool:
@@ -117,15 +138,13 @@ class EnvServer:
             except OSError:
                 pass
             self._listener.close()
-        with self._lock:
+        with self.lock:
             sessions = dict(self._sessions)
         for session in sessions:
-            try:
-                session.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            session.wake(socket.SHUT_RDWR)
         for session, thread in sessions.items():
-            thread.join(timeout)
+            if thread.ident is not None:  # started (the accept loop starts it just after listing it)
+                thread.join(timeout)
             session.release()
         if self._accept_thread is not None:
             self._accept_thread.join(timeout)
@@ -140,31 +159,42 @@ class EnvServer:
                 return  # the listener was closed: stop() was called
             peer = f"{peer_addr[0]}:{peer_addr[1]}"
             self._tune(sock)
-            with self._lock:
-                full = len(self._sessions) >= self.options.max_connections
-            if full:
-                log.warning("client %s: refused: %d connections already open", peer, self.options.max_connections)
-                self._turn_away(sock, f"the server has {self.options.max_connections} connections open; try again later")
-                continue
             if self.options.ssl_context is not None:
                 try:
                     sock = self.options.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
                 except (ssl.SSLError, OSError) as exc:
-                    log.warning("client %s: refused: TLS setup failed (%s)", peer, exc)
+                    self.strangers_log.warning("client %s: refused: TLS setup failed (%s)", peer, exc)
                     sock.close()
                     continue
             session = Session(self, sock, peer)
-            thread = threading.Thread(target=self._run, args=(session,), name=f"envfleet-serve-{peer}", daemon=True)
-            with self._lock:
-                self._sessions[session] = thread
-            thread.start()
+            with self.lock:
+                admitted, victim, age = self.budget.arrive(session, time.monotonic())
+                if admitted:
+                    self._sessions[session] = threading.Thread(
+                        target=self._run, args=(session,), name=f"envfleet-serve-{peer}", daemon=True
+                    )
+            if not admitted:
+                self.strangers_log.warning(
+                    "client %s: refused: all %d connections are authenticated sessions", peer, self.options.max_connections
+                )
+                self._turn_away(sock, f"the server has {self.options.max_connections} connections open; try again later")
+                continue
+            if victim is not None:
+                self.strangers_log.warning(
+                    "client %s: dropped before authentication after %.1f s: the unauthenticated connections (at most %d of %d) "
+                    "were full when %s connected",
+                    victim.peer, age, self.options.strangers, self.options.max_connections, peer,
+                )  # fmt: skip
+                victim.drop()
+            self._sessions[session].start()
 
     def _run(self, session: Session) -> None:
         try:
             session.run()
         finally:
-            with self._lock:
+            with self.lock:
                 self._sessions.pop(session, None)
+                self.budget.leave(session)
 
     @staticmethod
     def _tune(sock: socket.socket) -> None:
@@ -189,24 +219,37 @@ class EnvServer:
         sock.close()
 
     # ------------------------------------------------------------------ stages
-    def hold(self, key: tuple[str, int, int], session: Session) -> Session | None:
-        """Give ``key`` to ``session``; the session that holds it already, if another does."""
-        with self._lock:
-            holder = self._held.get(key)
-            if holder is not None and holder is not session:
-                return holder
-            self._held[key] = session
-            return None
+    def hold(self, key: tuple[str, int, int], session: Session, take: bool = False) -> tuple[Session | None, Session | None]:
+        """Give ``key`` to ``session``: ``(holder, taken_from)``.
 
-    def release(self, key: tuple[str, int, int] | None, session: Session) -> None:
-        """``session`` no longer holds ``key``."""
-        with self._lock:
+        ``holder``: another session that keeps the stage (``session`` does not get it), or None.
+        ``taken_from``: the session the stage was taken from (past its lease, or any holder not in a
+        call with ``take``), now marked taken by ``session``; its stage is for the caller to free.
+        """
+        with self.lock:
+            holder = self._held.get(key)
+            if holder is None or holder is session:
+                self._held[key] = session
+                return None, None
+            lapsed = holder.lapsed(time.monotonic())
+            if holder.busy or not (take or lapsed):
+                return holder, None
+            holder.taken_by = session.peer
+            holder.taken_why = f"its lease of {self.options.lease_s:g} s ran out" if lapsed else "the new holder asked to take it"
+            self._held[key] = session
+            return None, holder
+
+    def release(self, key: tuple[str, int, int] | None, session: Session) -> bool:
+        """``session`` no longer holds ``key``; False when it did not (another session took it)."""
+        with self.lock:
             if key is not None and self._held.get(key) is session:
                 del self._held[key]
+                return True
+            return False
 
     def held(self) -> dict[tuple[str, int, int], str]:
         """The stages held now, each with its client's address (for tests and logs)."""
-        with self._lock:
+        with self.lock:
             return {key: session.peer for key, session in self._held.items()}
 
     def welcome(self) -> dict[str, Any]:
@@ -219,6 +262,7 @@ class EnvServer:
             envfleet_version = "unknown"
         return {
             "wire_version": VERSION,
+            "lease_s": float(self.options.lease_s),
             "envfleet_version": envfleet_version,
             "simulator_type": str(self.cfg.train.simulator_type),
             "stages": self.stage_num,

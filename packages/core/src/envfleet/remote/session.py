@@ -1,10 +1,15 @@
-"""One client connection of ``envfleet serve``: authenticate, open one stage, answer its calls.
+"""One client connection of ``envfleet serve``: authenticate, open one stage, answer its calls, keep its lease.
 
 A connection is one session and holds at most one stage (mode, stage id, rank). It is
 request-reply: the next request is read only once the last reply is written, so a client
 that stops reading holds at most one reply in the server's memory, and a reply that cannot
-be written within ``send_timeout_s`` ends the session. When a session ends, for whatever
-reason, its stage's manager is closed and its shard processes and shared memory freed.
+be written within ``send_timeout_s`` ends the session. A session that holds a stage holds it on
+a lease: when no request arrives for ``lease_s`` after its last reply (an idle client sends
+``ping``), the stage is freed and the client told why (``lease``); another client may take it
+from a session past its lease, or from any session not in a call when it asks to (``take``),
+and the old holder's next request is answered with ``taken``, naming the new holder. When a
+session ends, for whatever reason, its stage's manager is closed and its shard processes and
+shared memory freed.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import hmac
 import logging
 import socket
 import ssl
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +36,7 @@ __all__ = ["Session"]
 log = logging.getLogger("envfleet.remote.server")
 
 _HELLO_LIMITS = FrameLimits(header=4096, payload=0)
+_FREE_WAIT_S = 120.0  # how long a taker waits for the stage's old manager, closed by another thread
 
 
 class _Refused(Exception):
@@ -37,7 +44,7 @@ class _Refused(Exception):
 
 
 class Session:
-    """Serves one connection until it closes, errs fatally, idles out or the server stops."""
+    """Serves one connection until it closes, errs fatally, idles out, loses its stage or the server stops."""
 
     def __init__(self, server: EnvServer, sock: socket.socket, peer: str) -> None:
         self.server = server
@@ -45,6 +52,15 @@ class Session:
         self.peer = peer
         self.key: tuple[str, int, int] | None = None
         self.manager: Any = None
+        # The lease, under server.lock: in a call (from a request read to its reply written), when
+        # the last reply was written, and who took the stage, and why.
+        self.busy = False
+        self.idle_since = time.monotonic()
+        self.taken_by: str | None = None
+        self.taken_why = ""
+        self.dropped = False  # dropped before authentication, to make room (admission.StrangerBudget)
+        self._freed = threading.Event()  # the manager is closed (or there is none)
+        self._freed.set()
         self._restarts_sent = 0
         self._handlers = {
             "open": self._open,
@@ -81,51 +97,94 @@ class Session:
 
     def release(self) -> None:
         """Close the held stage's manager (its processes and shared memory) and let another client open it."""
-        manager, self.manager = self.manager, None
-        if manager is not None:
-            try:
-                manager.close()
-            finally:
-                self.server.release(self.key, self)
-                log.info("client %s: stage %s freed", self.peer, self.key)
+        if self.free_stage():
+            log.info("client %s: stage %s freed", self.peer, self.key)
+        self.server.release(self.key, self)
 
-    def _send(self, frame: Frame) -> None:
-        self.sock.settimeout(self.server.options.send_timeout_s)
-        write_frame(self.sock, frame)
+    def free_stage(self) -> bool:
+        """Close this session's manager, once, whichever thread asks first; the others wait for it.
 
-    def _refuse(self, code: str, message: str, **extra: Any) -> None:
+        True for the caller that closed it.
+        """
+        with self.server.lock:
+            manager, self.manager = self.manager, None
+        if manager is None:
+            self._freed.wait(_FREE_WAIT_S)
+            return False
         try:
-            self._send(error_frame(code, message, fatal=True, **extra))
+            manager.close()
+        finally:
+            self._freed.set()
+        return True
+
+    def wake(self, how: int = socket.SHUT_RD) -> None:
+        """End this session's wait for a request (``SHUT_RD``: it may still write its last word)."""
+        try:  # the plain socket's shutdown: SSLSocket's drops its TLS state, which the last word needs
+            socket.socket.shutdown(self.sock, how)
+        except OSError:
+            pass
+
+    def drop(self) -> None:
+        """Close a connection that has not authenticated, to make room for a newer one."""
+        self.dropped = True
+        self.wake(socket.SHUT_RDWR)
+
+    def lapsed(self, now: float) -> bool:
+        """Whether this session holds a stage and has missed its lease (call under ``server.lock``)."""
+        return self.key is not None and not self.busy and now - self.idle_since > self.server.options.lease_s
+
+    def _send(self, frame: Frame, version: int = VERSION) -> None:
+        self.sock.settimeout(self.server.options.send_timeout_s)
+        write_frame(self.sock, frame, version)
+
+    def _refuse(self, code: str, message: str, version: int = VERSION, **extra: Any) -> None:
+        try:
+            self._send(error_frame(code, message, fatal=True, **extra), version)
         except OSError:
             pass
         raise _Refused
 
     def _handshake(self) -> None:
         options = self.server.options
+
+        def warn(message: str, *args: Any) -> None:
+            if not self.dropped:  # a dropped connection was logged once, by the accept loop
+                self.server.strangers_log.warning(message, *args)
+
         deadline = time.monotonic() + options.auth_timeout_s
         if isinstance(self.sock, ssl.SSLSocket):
             self.sock.settimeout(options.auth_timeout_s)
             try:
                 self.sock.do_handshake()
             except (ssl.SSLError, OSError) as exc:
-                log.warning("client %s: refused: TLS handshake failed (%s)", self.peer, exc)
+                warn("client %s: refused: TLS handshake failed (%s)", self.peer, exc)
                 raise _Refused from None
         try:
             hello = read_frame(self.sock, _HELLO_LIMITS, max(deadline - time.monotonic(), 0.001))
         except WireError as exc:
-            log.warning("client %s: refused before authentication: %s", self.peer, exc)
-            self._refuse(exc.code if exc.code == "version" else "auth", f"refused before authentication: {exc}", server_version=VERSION)
+            warn("client %s: refused before authentication: %s", self.peer, exc)
+            # A peer of an older or newer wire gets the refusal in its own framing, so that it can read it.
+            peer_version = exc.peer_version if exc.peer_version is not None and 0 < exc.peer_version < VERSION else VERSION
+            code = exc.code if exc.code == "version" else "auth"
+            self._refuse(code, f"refused before authentication: {exc}", peer_version, server_version=VERSION)
         except (EOFError, TimeoutError, OSError) as exc:
-            log.warning("client %s: refused: no hello within %.0f s (%s)", self.peer, options.auth_timeout_s, exc or type(exc).__name__)
+            warn("client %s: refused: no hello within %g s (%s)", self.peer, options.auth_timeout_s, exc or type(exc).__name__)
             raise _Refused from None
         token = hello.get("token")
         if hello.type != "hello":
-            log.warning("client %s: refused: first message %r, expected 'hello'", self.peer, hello.type[:32])
+            warn("client %s: refused: first message %r, expected 'hello'", self.peer, hello.type[:32])
             self._refuse("auth", f"the first message must be 'hello' with the token, got {hello.type[:32]!r}")
-        if options.token is not None and not (isinstance(token, str) and hmac.compare_digest(token.encode(), options.token)):
-            log.warning("client %s: refused: %s token", self.peer, "missing" if token is None else "wrong")
+        if options.token is not None and not (
+            isinstance(token, str) and hmac.compare_digest(token.encode(errors="surrogatepass"), options.token)
+        ):
+            warn("client %s: refused: %s token", self.peer, "missing" if token is None else "wrong")
             self._refuse("auth", "authentication failed: missing or wrong token")
+        with self.server.lock:
+            admitted = self.server.budget.authenticated(self)
+        if not admitted:  # dropped between its hello and now
+            raise _Refused
         self._send(Frame("welcome", self.server.welcome()))
+        self.idle_since = time.monotonic()
 
     def _limits(self) -> FrameLimits:
         """The largest request now: a little before a stage is open; then the stage's largest actions (or ids)."""
@@ -136,37 +195,101 @@ class Session:
         return FrameLimits(header=64 * 1024, payload=min(payload, self.server.options.max_payload))
 
     def _serve(self) -> None:
+        options = self.server.options
         while not self.server.stopping:
+            holding = self.key is not None  # a session with a stage waits its lease; without one, the idle timeout
             try:
-                frame = read_frame(self.sock, self._limits(), self.server.options.idle_timeout_s)
+                frame = read_frame(
+                    self.sock, self._limits(), min(options.lease_s, options.idle_timeout_s) if holding else options.idle_timeout_s
+                )
+            except TimeoutError:
+                if holding:
+                    self._lapse()
+                raise
             except WireError as exc:
+                if self.taken_by is not None:
+                    self._lost()
                 if exc.fatal:
                     self._refuse(exc.code, str(exc), server_version=VERSION)
                 self._send(error_frame(exc.code, str(exc)))
                 continue
-            if frame.type == "bye":  # answered once the stage is free, so the client may open it again at once
-                self.release()
-                self._send(Frame("bye"))
-                return
-            handler = self._handlers.get(frame.type)
-            if handler is None:
-                self._send(
-                    error_frame("type", f"unknown message type {frame.type[:32]!r}; expected one of {sorted([*self._handlers, 'bye'])}")
-                )
-                continue
+            except (EOFError, OSError):
+                if self.taken_by is not None:  # woken by the session that took the stage
+                    self._lost()
+                raise
+            if not self._begin():
+                self._lost()
             try:
-                reply = handler(frame)
-            except InvalidInputError as exc:
-                reply = error_frame("input", str(exc))
-            except RestartLimitError as exc:
-                reply = error_frame("restart_limit", str(exc))
-            except EnvFleetSimulatorError as exc:
-                reply = error_frame("simulator", str(exc))
-            except (LifecycleError, ClosedEnvironmentError) as exc:
-                reply = error_frame("state", str(exc))
-            except EnvFleetError as exc:
-                reply = error_frame("error", f"{type(exc).__name__}: {exc}")
-            self._send(reply)
+                if self._answer(frame):
+                    return
+            finally:
+                self._end()
+
+    def _answer(self, frame: Frame) -> bool:
+        """Answer one request; True after ``bye``."""
+        if frame.type == "bye":  # answered once the stage is free, so the client may open it again at once
+            self.release()
+            self._send(Frame("bye"))
+            return True
+        handler = self._handlers.get(frame.type)
+        if handler is None:
+            self._send(error_frame("type", f"unknown message type {frame.type[:32]!r}; expected one of {sorted([*self._handlers, 'bye'])}"))
+            return False
+        try:
+            reply = handler(frame)
+        except InvalidInputError as exc:
+            reply = error_frame("input", str(exc))
+        except RestartLimitError as exc:
+            reply = error_frame("restart_limit", str(exc))
+        except EnvFleetSimulatorError as exc:
+            reply = error_frame("simulator", str(exc))
+        except (LifecycleError, ClosedEnvironmentError) as exc:
+            reply = error_frame("state", str(exc))
+        except EnvFleetError as exc:
+            reply = error_frame("error", f"{type(exc).__name__}: {exc}")
+        self._send(reply)
+        return False
+
+    # ------------------------------------------------------------------ the lease
+    def _begin(self) -> bool:
+        """A request arrived: in a call from now on; False when the stage was taken meanwhile."""
+        with self.server.lock:
+            if self.taken_by is not None:
+                return False
+            self.busy = True
+            return True
+
+    def _end(self) -> None:
+        with self.server.lock:
+            self.busy = False
+            self.idle_since = time.monotonic()
+
+    def _stage_name(self) -> str:
+        mode, stage_id, rank = self.key or ("-", -1, -1)
+        return f"stage {stage_id} ({mode}, rank {rank})"
+
+    def _lapse(self) -> None:
+        """No request within the lease: free the stage and say why (the client reads it with its next request)."""
+        idle, lease = time.monotonic() - self.idle_since, self.server.options.lease_s
+        log.warning("client %s: %s freed: no request for %.1f s, over its lease of %g s", self.peer, self._stage_name(), idle, lease)
+        self.free_stage()  # still held while it closes: a client that takes it meanwhile waits for the close
+        if not self.server.release(self.key, self):
+            self._lost()
+        self._refuse(
+            "lease",
+            f"{self._stage_name()} was freed: the server heard nothing from this client for {idle:.1f} s, over its lease of "
+            f"{lease:g} s (envfleet serve --lease-s); this connection holds no stage now",
+        )
+
+    def _lost(self) -> None:
+        """The stage was taken: see it freed and answer with ``taken``, naming the new holder."""
+        self.free_stage()
+        log.info("client %s: told that %s was taken by client %s", self.peer, self._stage_name(), self.taken_by)
+        self._refuse(
+            "taken",
+            f"{self._stage_name()} was taken by client {self.taken_by} ({self.taken_why}); this connection holds no stage now",
+            taken_by=self.taken_by,
+        )
 
     # ------------------------------------------------------------------ handlers
     def _need(self) -> Any:
@@ -189,18 +312,34 @@ class Session:
             raise InvalidInputError(f"open: rank must be an int in [0, {self.server.options.max_ranks}), got {str(rank)[:32]}")
         if self.server.cfg.get(mode) is None:
             raise InvalidInputError(f"open: the server's config has no {mode!r} section")
+        take = frame.get("take", False)
+        if not isinstance(take, bool):
+            raise InvalidInputError(f"open: take must be true or false, got {str(take)[:32]}")
         key = (mode, stage_id, rank)
-        holder = self.server.hold(key, self)
+        holder, taken = self.server.hold(key, self, take)
         if holder is not None:
+            lease = self.server.options.lease_s
+            state = "in a call now" if holder.busy else f"its last request ended {time.monotonic() - holder.idle_since:.1f} s ago"
             return error_frame(
-                "busy", f"stage {stage_id} ({mode}, rank {rank}) is held by client {holder.peer}; it is freed when that client leaves"
+                "busy",
+                f"stage {stage_id} ({mode}, rank {rank}) is held by client {holder.peer} ({state}); it is freed when that client "
+                f"leaves or sends nothing for {lease:g} s (its lease); a client that knows the holder is dead may open it with "
+                "take=true" + (", once its call ends" if holder.busy else ""),
+                holder=holder.peer,
             )
+        if taken is not None:
+            log.warning("client %s: took stage %s from client %s (%s)", self.peer, key, taken.peer, taken.taken_why)
+            taken.wake()
+            taken.free_stage()
         self.key = key
         try:
-            self.manager = self.server.manager_factory(self.server.cfg, stage_id=stage_id, rank=rank, mode=mode)
+            manager = self.server.manager_factory(self.server.cfg, stage_id=stage_id, rank=rank, mode=mode)
         except BaseException:
             self.server.release(key, self)
             raise
+        with self.server.lock:
+            self._freed.clear()
+            self.manager = manager
         log.info("client %s: opened stage %s", self.peer, key)
         return Frame("opened", self.server.stage_facts(self.manager))
 

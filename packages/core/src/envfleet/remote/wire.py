@@ -42,7 +42,8 @@ __all__ = [
     "encode_frame",
 ]
 
-VERSION = 1
+#: 2: leases (a session with a stage must send a request within the welcome's ``lease_s``) and takeover.
+VERSION = 2
 MAGIC = b"EFRM"
 _PREFIX = struct.Struct("!4sHHII")
 PREFIX_SIZE = _PREFIX.size
@@ -63,13 +64,15 @@ class WireError(EnvFleetError, ValueError):
     """A frame that breaks the wire's rules: its ``code`` (see docs/remote.md) and what was wrong.
 
     ``fatal`` says whether the stream can go on (a bad field) or not (a bad prefix, a
-    truncated frame: the next frame's start is unknown).
+    truncated frame: the next frame's start is unknown). ``peer_version``: for ``version``,
+    the version the peer's prefix named (an answer to it is written in that version).
     """
 
-    def __init__(self, code: str, message: str, fatal: bool = True) -> None:
+    def __init__(self, code: str, message: str, fatal: bool = True, peer_version: int | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.fatal = fatal
+        self.peer_version = peer_version
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,7 @@ def read_frame(sock: socket.socket, limits: FrameLimits, timeout: float | None =
     if magic != MAGIC:
         raise WireError("frame", f"not an envfleet frame: it starts with {bytes(magic)!r}, expected {MAGIC!r}")
     if version != VERSION:
-        raise WireError("version", f"the peer speaks wire version {version}; this end speaks version {VERSION} only")
+        raise WireError("version", f"the peer speaks wire version {version}; this end speaks version {VERSION} only", peer_version=version)
     if reserved != 0:
         raise WireError("frame", f"the reserved prefix field is {reserved}, expected 0")
     if header_len > limits.header:
@@ -197,14 +200,20 @@ def read_frame(sock: socket.socket, limits: FrameLimits, timeout: float | None =
 def decode(header_raw: bytes | bytearray, payload: Any) -> Frame:
     """A frame from its header bytes and payload; the arrays are views of ``payload``.
 
+    The header is strict JSON: a key twice in one object, ``NaN`` or ``Infinity``, or nesting
+    deeper than the parser's recursion limit is refused, not read one way here and another
+    way by a proxy or a client in another language.
+
     :raises WireError: a header that is not a JSON object with a string ``type`` and a valid
         ``arrays`` list, or arrays whose sizes do not add up to the payload (not fatal: the
         frame was read whole, so the stream can go on).
     """
     try:
-        header = json.loads(bytes(header_raw).decode("utf-8"))
+        header = json.loads(bytes(header_raw).decode("utf-8"), object_pairs_hook=_object, parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise WireError("header", f"the header is not UTF-8 JSON: {exc}", fatal=False) from None
+        raise WireError("header", f"the header is not UTF-8 JSON: {str(exc)[:200]}", fatal=False) from None
+    except RecursionError:
+        raise WireError("header", "the header's JSON is nested too deep", fatal=False) from None
     if not isinstance(header, dict):
         raise WireError("header", f"the header must be a JSON object, got {type(header).__name__}", fatal=False)
     kind = header.pop("type", None)
@@ -213,6 +222,19 @@ def decode(header_raw: bytes | bytearray, payload: Any) -> Frame:
     specs = header.pop("arrays", [])
     arrays = _arrays(specs, payload)
     return Frame(kind, header, arrays)
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise ValueError(f"the key {twice[:64]!r} appears twice in one object")
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _arrays(specs: Any, payload: Any) -> dict[str, np.ndarray]:

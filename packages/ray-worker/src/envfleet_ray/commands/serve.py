@@ -35,7 +35,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--tls-key", help="PEM private key for TLS; needs --tls-cert")
     parser.add_argument("--insecure", action="store_true", help="no token: allowed only on a loopback address")
     parser.add_argument("--max-connections", type=int, default=16, help="open connections at once (default 16)")
-    parser.add_argument("--idle-timeout-s", type=float, default=3600.0, help="a silent session is closed after this (default 3600)")
+    parser.add_argument(
+        "--max-unauthenticated", type=int, help="of them, not yet authenticated; when full the oldest is dropped (default: half)"
+    )
+    parser.add_argument("--auth-timeout-s", type=float, default=5.0, help="a connection without the token by then is closed (default 5)")
+    parser.add_argument(
+        "--lease-s", type=float, default=30.0, help="a client with a stage that sends nothing for this long loses it (default 30)"
+    )
+    parser.add_argument(
+        "--idle-timeout-s", type=float, default=3600.0, help="a silent session without a stage is closed after this (default 3600)"
+    )
     parser.add_argument("--send-timeout-s", type=float, default=60.0, help="a client that does not read a reply for this long is dropped")
     parser.add_argument("overrides", nargs="*", help="config overrides key=value, e.g. train.num_envs=2")
     return parser
@@ -58,6 +67,14 @@ def options_from(args: argparse.Namespace) -> Any:
         raise ConfigError("envfleet serve: a token is required: give --token-file FILE (or --insecure, on a loopback address only)")
     if bool(args.tls_cert) != bool(args.tls_key):
         raise ConfigError("envfleet serve: TLS needs both --tls-cert and --tls-key")
+    strangers = args.max_connections // 2 if args.max_unauthenticated is None else args.max_unauthenticated
+    if not 1 <= strangers < args.max_connections:
+        raise ConfigError(
+            f"envfleet serve: --max-unauthenticated must be at least 1 and below --max-connections ({args.max_connections}), "
+            f"got {strangers}; --max-connections needs at least 2"
+        )
+    if args.lease_s <= 0 or args.auth_timeout_s <= 0:
+        raise ConfigError(f"envfleet serve: --lease-s and --auth-timeout-s must be over 0, got {args.lease_s} and {args.auth_timeout_s}")
     context = None
     if args.tls_cert:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -73,6 +90,9 @@ def options_from(args: argparse.Namespace) -> Any:
         token=None if token is None else token.encode(),
         ssl_context=context,
         max_connections=int(args.max_connections),
+        max_unauthenticated=strangers,
+        auth_timeout_s=float(args.auth_timeout_s),
+        lease_s=float(args.lease_s),
         idle_timeout_s=float(args.idle_timeout_s),
         send_timeout_s=float(args.send_timeout_s),
     )
@@ -93,7 +113,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         scheme = "tls" if options.ssl_context is not None else "tcp"
         auth = "token" if options.token is not None else "no token (--insecure)"
-        print(f"envfleet serve: listening on {server.address} ({scheme}, {auth}); SIGTERM or Ctrl-C stops", flush=True)
+        print(
+            f"envfleet serve: listening on {server.address} ({scheme}, {auth}); lease {options.lease_s:g} s; SIGTERM or Ctrl-C stops",
+            flush=True,
+        )
         while not done.wait(1.0):
             pass
     finally:
