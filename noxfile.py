@@ -50,7 +50,7 @@ def _python312() -> str:
 
 PY312 = _python312()
 
-PACKAGES = ["packages/core", "packages/ray-worker", "packages/backend-libero"]
+PACKAGES = ["packages/core", "packages/ray-worker", "packages/backend-libero", "packages/backend-gymnasium"]
 TEST_PLUGINS = ["tests/plugins/envfleet-toy", "tests/plugins/envfleet-broken"]
 # A plugin written for the previous plugin API (a MuJoCo arm): only the session that runs its tests installs it.
 OLD_API_PLUGINS = ["tests/plugins/envfleet-reacher"]

@@ -401,14 +401,19 @@ def _check_model(result: dict[str, Any], user: DictConfig, lookup: Callable[[str
     if result["rollout"]["pipeline_stage_num"] < 1:
         raise ConfigError(f"config key 'rollout.pipeline_stage_num' must be >= 1, got {result['rollout']['pipeline_stage_num']}")
     model = result["actor"]["model"]
-    train_spec = lookup(result["train"]["simulator_type"])
-    if OmegaConf.select(user, "actor.model.action_dim") is None and train_spec.action_dim is not None:
-        model["action_dim"] = int(train_spec.action_dim)
+    dims = {
+        section: lookup(result[section]["simulator_type"]).section_action_dim(OmegaConf.create(result[section]))
+        for section in ("train", "val")
+    }
+    if OmegaConf.select(user, "actor.model.action_dim") is None and dims["train"] is not None:
+        model["action_dim"] = int(dims["train"])
     if (model["num_action_chunks"] is not None and model["num_action_chunks"] < 1) or model["action_dim"] < 1:
         raise ConfigError(f"config keys 'actor.model.num_action_chunks' and 'actor.model.action_dim' must be >= 1, got {model}")
     for section in ("train", "val"):
         spec = lookup(result[section]["simulator_type"])
-        if spec.action_dim is not None and spec.action_dim != model["action_dim"]:
+        dim = dims[section]
+        if dim is not None and dim != model["action_dim"]:
             raise ConfigError(
-                f"config key 'actor.model.action_dim' is {model['action_dim']}, but backend {spec.name!r} takes actions of size {spec.action_dim}"
+                f"config key 'actor.model.action_dim' is {model['action_dim']}, but backend {spec.name!r} takes actions of size {dim}"
+                + ("" if spec.action_dim is not None else f" under section '{section}'")
             )

@@ -17,8 +17,9 @@ episode), ``success_at_end`` (success at its latest simulated sub-step: for an e
 ended, at its last), ``success_at_reset`` (the task was already solved by the initial
 state, when the backend can tell), ``episode_return``, ``episode_length``, ``state_id``,
 ``task_id``, ``episode_done`` (finished now), ``episode_ended`` (finished during this
-chunk) and ``reset_state_id``; for a backend that reports failures (``record(fail=...)``, whose
-terminations are then not all successes), ``success`` ``[n, chunk]``: success per sub-step.
+chunk) and ``reset_state_id``; for a backend that reports failures (``record(fail=...)``) or its own
+terminations (``record(terminated=...)``), whose terminations are then not all successes, ``success``
+``[n, chunk]``: success per sub-step.
 
 A backend calls :meth:`EpisodeTracker.begin` on reset, :meth:`EpisodeTracker.active`
 before each sub-step (simulate only those envs), :meth:`EpisodeTracker.record` after
@@ -142,7 +143,15 @@ class EpisodeTracker:
         )
 
     def record(
-        self, k: int, simulated: np.ndarray, success: np.ndarray, fail: np.ndarray | None = None, reward: np.ndarray | None = None
+        self,
+        k: int,
+        simulated: np.ndarray,
+        success: np.ndarray,
+        fail: np.ndarray | None = None,
+        reward: np.ndarray | None = None,
+        *,
+        terminated: np.ndarray | None = None,
+        truncated: np.ndarray | None = None,
     ) -> None:
         """Account sub-step ``k``: ``simulated`` envs ran it and ``success`` says which succeeded.
 
@@ -150,13 +159,22 @@ class EpisodeTracker:
             for a simulator that reports failure (ManiSkill's ``info["fail"]``); ``None``: none.
         :param reward: the simulator's own reward of this sub-step, per env, scaled by ``reward_coef``;
             ``None``: ``reward_coef`` on success, else 0.
+        :param terminated: for a simulator that says itself when its episodes end (gymnasium's
+            ``terminated``): the terminations of this sub-step, whatever ``success`` says (a success
+            then ends nothing by itself, and ``infos["success"]`` keeps success per sub-step);
+            ``None``: a success (or a ``fail``) is a termination.
+        :param truncated: envs the simulator truncated at this sub-step (gymnasium's ``truncated``),
+            besides those that reach ``max_episode_steps``; ``None``: none.
         """
         c = self._chunk
         assert c is not None, "start_chunk() first"
         # Whole-array masks, no index arrays: a dozen ufunc calls whatever the batch size.
         sim = np.asarray(simulated, dtype=bool)
         succ = np.asarray(success, dtype=bool) & sim
-        term = succ if fail is None else succ | (np.asarray(fail, dtype=bool) & sim)
+        if terminated is not None:
+            term = np.asarray(terminated, dtype=bool) & sim
+        else:
+            term = succ if fail is None else succ | (np.asarray(fail, dtype=bool) & sim)
         self.length += sim
         if reward is None:
             reward = succ * np.float32(self.reward_coef)
@@ -165,11 +183,13 @@ class EpisodeTracker:
         self.ret += reward
         self.success_once |= succ
         self.last_success = np.where(sim, succ, self.last_success)
-        if fail is not None:
+        if fail is not None or terminated is not None:
             if c.successes is None:
                 c.successes = np.zeros_like(c.terminations)
             c.successes[:, k] = self.last_success  # a finished env keeps its episode's last
         trunc = sim & (self.length >= self.max_episode_steps)
+        if truncated is not None:
+            trunc |= np.asarray(truncated, dtype=bool) & sim
         ends = trunc | term if not self.ignore_terminations else trunc
         if not self.ignore_terminations:
             self.end_term |= term

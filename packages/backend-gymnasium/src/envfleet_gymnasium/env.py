@@ -1,0 +1,168 @@
+"""``GymnasiumEnv``: ``num_envs`` gymnasium envs in one shard process, each made as ``gymnasium.make`` makes it.
+
+State id ``k`` is ``reset(seed=train.gymnasium.seeds[k])``; there is one task (id 0), whose
+description is ``train.gymnasium.task_description`` (default: the id).
+
+A chunk runs each env's actions one sub-step at a time, as gymnasium's vector envs do, with the
+episode semantics of every envfleet backend: gymnasium's ``terminated`` and ``truncated`` are
+the termination and truncation flags (envfleet's ``max_episode_steps`` truncates too, where it
+is shorter than the env's own limit); the env's reward, scaled by ``train.reward_coef``, is the
+reward; ``info[success_key]`` is success. An env whose episode ended is not stepped again until
+it is reset (``auto_reset``: at the chunk's end, to the next state id of its cycle), since
+gymnasium leaves a step after the end undefined.
+
+Images: an entry of the observation is copied from the observation the chunk ends on (the env
+rendered it at every sub-step: nothing to skip); with ``render: rgb_array``, ``render()`` is
+called only after each env's last sub-step of the chunk (``train.render: all``: after every one).
+
+Actions are checked before any env steps (:meth:`envfleet_gymnasium.carry.ActionLayout.convert`):
+a chunk that holds one bad action reaches no env.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from envfleet.batched_env import BatchedEnv
+from envfleet.env import ChunkStepResult, EnvContext, ResetResult
+from envfleet.validation import StateTable, as_env_ids, check_actions, check_reset_ids
+
+from .carry import Layout, action_layout, get_path, observation_layout
+from .case import Case
+from .make import describe, describe_frame, make_env, set_gl
+
+__all__ = ["GymnasiumEnv"]
+
+
+class GymnasiumEnv(BatchedEnv):
+    """The gymnasium backend's :class:`~envfleet.env.Env` (a :class:`~envfleet.batched_env.BatchedEnv`). See the module doc."""
+
+    supports_state = False  # a gymnasium env has no snapshot API
+
+    def __init__(self, cfg: Any, ctx: EnvContext) -> None:
+        self.case = case = Case.from_section(cfg)
+        set_gl(case.mujoco_gl)
+        self.num_envs = ctx.num_envs
+        self.ctx = ctx
+        self.request = case.make_request()
+        self.envs: list[Any] = []
+        try:
+            for _ in range(self.num_envs):
+                self.envs.append(make_env(self.request))
+            first = self.envs[0]
+            frame = None
+            if case.render:
+                # The frame's shape is known only from a frame: one reset and render, as the spec probe did.
+                first.reset(seed=case.seeds[0])
+                frame = describe_frame(first.render())
+            self.layout: Layout = observation_layout(describe(first.observation_space), frame, case.image_keys, case.state_keys)
+            self.actions = action_layout(describe(first.action_space, bounds=True), case.rescale_actions)
+        except BaseException:
+            self.close()
+            raise
+        self.action_dim = self.actions.dim
+        if int(ctx.action_dim) != self.action_dim:
+            self.close()
+            raise ValueError(f"the env's action space takes actions of size {self.action_dim}, but actor.model.action_dim is {ctx.action_dim}")
+        self.render_all = str(cfg.render) == "all"
+        self.flip = bool(cfg.flip_images)
+        self.success_key = case.success_key
+        self._obs_entries = [e for e in self.layout.entries if e.source == "obs"]
+        self._render_key = next((e.key for e in self.layout.entries if e.source == "render"), None)
+        self._image_keys = {e.key for e in self.layout.entries if e.image}
+        self.states = StateTable.contiguous(np.zeros(len(case.seeds), dtype=np.int64))
+        # As plugin.horizon, with the registered limit read from the env at hand rather than the probe.
+        steps = cfg.get("max_episode_steps") or case.max_episode_steps or getattr(first.spec, "max_episode_steps", None)
+        if steps is None:
+            self.close()
+            raise ValueError(f"{case.name} registers no max_episode_steps and the config sets none: set train.max_episode_steps")
+        self.init_episodes(cfg, ctx, int(steps))
+        self.init_observations(self.layout.spec())
+
+    # ------------------------------------------------------------------ the Env contract
+    def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
+        state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=self.num_envs)
+        for i, sid in enumerate(state_ids.tolist()):
+            self._reset_one(i, sid)
+        return ResetResult(obs=self.observations(), task_descriptions=self._descriptions(), infos={"state_id": state_ids.copy()})
+
+    def reset_some_envs(self, env_ids: np.ndarray, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
+        env_ids = as_env_ids(env_ids, self.num_envs)
+        state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=len(env_ids))
+        for i, sid in zip(env_ids.tolist(), state_ids.tolist()):
+            self._reset_one(i, sid)
+        return ResetResult(obs=self.observations(), task_descriptions=self._descriptions(), infos={"state_id": self.tracker.state_ids.copy()})
+
+    def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
+        actions = check_actions(actions, self.num_envs, self.action_dim)
+        env_actions = self.actions.convert(actions)  # every action checked before any env steps
+        chunk = actions.shape[1]
+        n = self.num_envs
+        t = self.tracker
+        t.start_chunk(chunk)
+        last: list[Any] = [None] * n
+        key = self.success_key
+        for k in range(chunk):
+            live = t.active()
+            success = np.zeros(n, dtype=bool)
+            terminated = np.zeros(n, dtype=bool)
+            truncated = np.zeros(n, dtype=bool)
+            reward = np.zeros(n, dtype=np.float64)
+            stepped = np.nonzero(live)[0].tolist()
+            for i in stepped:
+                obs, r, term, trunc, info = self.envs[i].step(env_actions[i, k])
+                reward[i] = float(r)
+                terminated[i] = bool(term)
+                truncated[i] = bool(trunc)
+                success[i] = bool(info.get(key, False)) if isinstance(info, dict) else False
+                last[i] = obs
+            t.record(k, live, success, reward=reward, terminated=terminated, truncated=truncated)
+            if self.render_all:
+                for i in stepped:
+                    self._write(i, last[i])
+        flags = t.end_chunk()
+        if not self.render_all:
+            # The observation each env ends the chunk on; not one an auto-reset replaces at once.
+            replaced = flags.ended if self.cycle is not None else np.zeros(n, dtype=bool)
+            for i in range(n):
+                if last[i] is not None and not replaced[i]:
+                    self._write(i, last[i])
+        if self.cycle is not None and flags.ended.any():
+            ended = np.nonzero(flags.ended)[0]
+            for i, sid in zip(ended.tolist(), self.next_state_ids(ended).tolist()):
+                self._reset_one(i, sid)
+                flags.infos["reset_state_id"][i] = sid
+        return flags.to_result(self.observations(), self._descriptions())
+
+    def renderer_info(self) -> dict[str, str]:
+        return {"images": "render()" if self.layout.renders else ("observation" if self.layout.images_in_obs() else "none")}
+
+    def close(self) -> None:
+        envs, self.envs = getattr(self, "envs", []), []
+        for env in envs:
+            try:
+                env.close()
+            except Exception:  # closing is best effort: the others are closed too
+                pass
+
+    # ------------------------------------------------------------------ internals
+    def _reset_one(self, i: int, sid: int) -> None:
+        obs, info = self.envs[i].reset(seed=self.case.seeds[sid])
+        at_reset = bool(info.get(self.success_key, False)) if isinstance(info, dict) else False
+        self.tracker.begin(np.array([i]), np.array([sid]), np.array([0]), np.array([at_reset]))
+        self._write(i, obs)
+
+    def _write(self, i: int, obs: Any) -> None:
+        """Env ``i``'s observation (and, for ``render: rgb_array``, its frame now) into the observation arrays."""
+        for entry in self._obs_entries:
+            value = np.asarray(get_path(obs, entry.path))
+            self.obs[entry.key][i] = value[::-1, ::-1] if (self.flip and entry.key in self._image_keys) else value
+        if self._render_key is not None:
+            frame = self.envs[i].render()
+            self.obs[self._render_key][i] = frame[::-1, ::-1] if self.flip else frame
+
+    def _descriptions(self) -> list[str]:
+        description = self.case.description
+        return self.descriptions(lambda task: description)
