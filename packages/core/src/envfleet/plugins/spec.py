@@ -11,7 +11,7 @@ import importlib
 import importlib.metadata
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,6 +136,10 @@ class BackendSpec:
         20); the fps of a dataset recorded per step (``train.record.frames: step``). ``None``: not known.
     :param substep_observations: its env writes every sub-step's observation for a section that
         records per step (:mod:`envfleet.recording.substeps`); without it ``frames: step`` is refused.
+    :param config_findings: ``(cfg) -> [(status, what, fix), ...]``: what ``envfleet doctor --config``
+        says of env section ``cfg`` beyond the machine's checks (the gymnasium backend: the env the
+        section names, and whether ``render: last`` has anything to skip); ``status`` is ``"ok"``,
+        ``"warn"`` or ``"FAIL"``. ``None``: nothing.
     :param package: the distribution that provides it (shown by ``envfleet backends``).
     :param description: one line for listings.
     """
@@ -158,6 +162,7 @@ class BackendSpec:
     renderer: str | None = None
     control_fps: float | None = None
     substep_observations: bool = False
+    config_findings: Callable[[Any], Sequence[tuple[str, str, str]]] | None = None
     package: str = ""
     description: str = ""
 

@@ -74,11 +74,16 @@ def run(args: argparse.Namespace) -> int:
                 print("\n".join(finding.lines()), flush=True)
             return 1 if any(f.status == "FAIL" for f in findings) else 0
         args.names = [str(cfg.train.simulator_type), *(n for n in args.names if "=" not in n)]
+        return doctor(list(args.names), measure=bool(args.measure), sections=[cfg.train])
     return doctor(list(args.names), measure=bool(args.measure))
 
 
-def doctor(names: Sequence[str] = (), measure: bool = False, out: Any = None) -> int:
-    """Run the checks for backends ``names`` (default all), print them to ``out``, return 0 or 1."""
+def doctor(names: Sequence[str] = (), measure: bool = False, out: Any = None, sections: Sequence[Any] = ()) -> int:
+    """Run the checks for backends ``names`` (default all), print them to ``out``, return 0 or 1.
+
+    :param sections: env sections of a loaded config (``--config``): each one's backend adds what it
+        says of it (``BackendSpec.config_findings``).
+    """
     from envfleet.errors import ConfigError, UnknownBackendError
     from envfleet.plugins import list_backends
 
@@ -117,6 +122,10 @@ def doctor(names: Sequence[str] = (), measure: bool = False, out: Any = None) ->
     backends = [specs[n] for n in (chosen or list(specs))]
     for spec in backends:
         emit(_import_finding(spec))
+    for section in sections:
+        own = specs[str(section.simulator_type)].config_findings
+        for status, what, fix in own(section) if own is not None else ():
+            emit(Finding(status, what, fix))
     rendering = [spec for spec in backends if spec.renderer == "mujoco"]
     vulkan = [spec.name for spec in backends if spec.renderer == "vulkan"]
     if vulkan:
