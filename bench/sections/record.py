@@ -1,14 +1,22 @@
-"""The `record` section of `nox -s bench` (bench/run.py record): a LIBERO stage with and without train.record.
+"""The `record` section of `nox -s bench` (bench/run.py record): a LIBERO stage without recording, recording a
+frame per chunk, and recording a frame per sub-step; then LIBERO's own loop rendering every sub-step.
 
-Two managers of the same config (2 envs, 128x128, two cameras, chunk 8), one recording LeRobot datasets,
-stepped in turns (A, B, A, B, ...) so that a slow spell of the machine falls on both; episodes of 40
-sub-steps end and are written while the next run, so the writer thread's encoding is inside the figure.
+Three managers of the same config (libero_spatial, 2 envs, 128x128, two cameras, chunk 8, render: last), one
+not recording, one with ``train.record.frames: chunk``, one with ``frames: step``, stepped in turns (A, B, C,
+A, B, C, ...) so that a slow spell of the machine falls on all three; episodes of 40 sub-steps end and are
+written while the next run, so the writer thread's encoding and statistics are inside the figures. Per step,
+the recorded envs render every sub-step: the reference for that is LIBERO's own step loop rendering every
+sub-step (bench/plain_libero.py, RENDER=all), two plain processes side by side (the fair limit for 2 envs on
+this machine), run after the managers are closed, in the same run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -16,7 +24,8 @@ import numpy as np
 from common import write
 from configs import libero_cfg, libero_installed
 
-_ROUNDS, _EPISODES, _CHUNK, _HORIZON = 3, 2, 8, 40
+_ROUNDS, _EPISODES, _CHUNK, _HORIZON, _HW = 3, 2, 8, 40, 128
+_VARIANTS = ("off", "chunk", "step")
 
 
 def _episodes(mgr, rng: np.random.Generator) -> tuple[int, float]:
@@ -33,6 +42,40 @@ def _episodes(mgr, rng: np.random.Generator) -> tuple[int, float]:
     return steps, t
 
 
+def _plain_libero_all(envs: int) -> float:
+    """Env steps/s of ``envs`` plain LIBERO loops side by side, every sub-step rendered (the same sub-steps as a round)."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plain_libero.py")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, str(_HW), "all", str(_CHUNK), str(i)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for i in range(envs)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready", "a plain LIBERO loop did not start"
+        seconds, chunks = 0.0, _ROUNDS * _EPISODES * (_HORIZON // _CHUNK)
+        for _ in range(chunks):
+            for p in procs:
+                assert p.stdin is not None
+                p.stdin.write("chunk\n")
+                p.stdin.flush()
+            marks = [json.loads(p.stdout.readline()) for p in procs if p.stdout is not None]
+            seconds += max(m["t_end"] for m in marks) - min(m["t_start"] for m in marks)
+        return envs * chunks * _CHUNK / seconds
+    finally:
+        for p in procs:
+            if p.stdin is not None:
+                p.stdin.write("quit\n")
+                p.stdin.close()
+        for p in procs:
+            p.wait(timeout=120)
+
+
 def run() -> None:
     if not libero_installed():
         print("record: LIBERO is not installed; skipped")
@@ -42,40 +85,63 @@ def run() -> None:
     from envfleet import ProcessEnvManager
     from envfleet.config import load_config
 
-    base = libero_cfg(2, 128, "last", chunk=_CHUNK)
+    base = libero_cfg(2, _HW, "last", chunk=_CHUNK)
     where = tempfile.mkdtemp(prefix="envfleet-bench-record-")
     data = OmegaConf.to_container(base, resolve=True)
     data["train"]["max_episode_steps"] = _HORIZON
-    plain = load_config(data=data)
-    data["train"]["record"] = {"format": "lerobot", "dir": where}
-    recording = load_config(data=data)
-    totals = {"off": [0, 0.0], "on": [0, 0.0]}
+    cfgs = {"off": load_config(data=data)}
+    for frames in ("chunk", "step"):
+        data["train"]["record"] = {"format": "lerobot", "dir": os.path.join(where, frames), "frames": frames}
+        cfgs[frames] = load_config(data=data)
+    totals = {k: [0, 0.0] for k in _VARIANTS}
+    done, sizes = {}, {}
     try:
-        with ProcessEnvManager(plain) as off, ProcessEnvManager(recording) as on:
+        with ProcessEnvManager(cfgs["off"]) as off, ProcessEnvManager(cfgs["chunk"]) as chunk, ProcessEnvManager(cfgs["step"]) as step:
+            mgrs = {"off": off, "chunk": chunk, "step": step}
             rng = np.random.default_rng(0)
-            _episodes(off, rng), _episodes(on, rng)  # warm-up: scenes built, first encodes done
+            for mgr in mgrs.values():
+                _episodes(mgr, rng)  # warm-up: scenes built, first encodes done
             for _ in range(_ROUNDS):
-                for name, mgr in (("off", off), ("on", on)):
+                for name, mgr in mgrs.items():
                     steps, seconds = _episodes(mgr, rng)
                     totals[name][0] += steps
                     totals[name][1] += seconds
-            done = on.flush_dataset()
-        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(where) for f in fs)
+            for frames in ("chunk", "step"):
+                done[frames] = mgrs[frames].flush_dataset()
+                root = os.path.join(where, frames)
+                sizes[frames] = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+        plain = _plain_libero_all(2)
     finally:
         shutil.rmtree(where, ignore_errors=True)
     rate = {k: v[0] / v[1] for k, v in totals.items()}
+    case = f"LIBERO libero_spatial, 2 envs, {_HW}x{_HW}, 2 cameras, chunk {_CHUNK}"
     rows = [
         {
-            "case": "LIBERO libero_spatial, 2 envs, 128x128, 2 cameras, chunk 8",
-            "without recording (env steps/s)": rate["off"],
-            "with recording (env steps/s)": rate["on"],
-            "cost (%)": (1 - rate["on"] / rate["off"]) * 100,
+            "case": case,
+            "recording": {"off": "off", "chunk": "frames: chunk", "step": "frames: step"}[k],
+            "env steps/s": rate[k],
+            "cost vs off (%)": (1 - rate[k] / rate["off"]) * 100,
+            "frames": 0 if k == "off" else done[k]["frames"],
+            "MiB on disk": 0.0 if k == "off" else sizes[k] / 2**20,
         }
+        for k in _VARIANTS
     ]
-    assert done is not None
+    rows.append(
+        {
+            "case": case,
+            "recording": "LIBERO's own loop, every sub-step rendered (2 plain processes)",
+            "env steps/s": plain,
+            "cost vs off (%)": (1 - plain / rate["off"]) * 100,
+            "frames": 0,
+            "MiB on disk": 0.0,
+        }
+    )
     notes = [
-        f"{_ROUNDS} rounds of {_EPISODES} episodes of {_HORIZON} sub-steps per env, the two managers in turns; target: cost <= 5%",
-        f"recorded {done['episodes']} episodes, {done['frames']} frames, {size / 2**20:.1f} MiB on disk (libx264rgb, crf 0: lossless); "
-        f"writer queue full {done['queue_full']} times",
+        f"{_ROUNDS} rounds of {_EPISODES} episodes of {_HORIZON} sub-steps per env, the three managers in turns, render: last; "
+        "the plain loops after them, the same number of sub-steps",
+        f"frames: step reaches {rate['step'] / plain * 100:.0f}% of LIBERO's own loop rendering every sub-step "
+        "(the recorded envs render every sub-step; the others keep render: last)",
+        f"writer queue full: chunk {done['chunk']['queue_full']} times, step {done['step']['queue_full']} times "
+        "(libx264rgb, crf 0: lossless)",
     ]
     write("record", rows, notes)
