@@ -46,6 +46,7 @@ class LiberoSim:
         self.scenes = scene_cache()
         t0 = time.perf_counter()
         compiles = self.scenes.compiles
+        _log(f"building task {task.index} ({task.name})")
         # LIBERO's own wrapper and arguments; only the task class is its dense variant, which
         # takes the compiled model and render context from the process's scene cache.
         with building_dense(get_problem_info(task.bddl_file)["problem_name"], self.scenes):

@@ -113,6 +113,11 @@ class ShardHandle:
         # (see envfleet.shards.wire): the last ones of this process, for the replies that omit them.
         self._layout: Layout | None = None
         self.descriptions: list[str] = [""] * self.num_envs
+        # What the process is doing, for a start-up display read from another thread: the command in
+        # flight (None: idle), since when (time.monotonic()), and the commands answered since it started.
+        self.in_flight: str | None = None
+        self.in_flight_since = 0.0
+        self.answered: set[str] = set()
 
     @property
     def env_range(self) -> str:
@@ -141,6 +146,7 @@ class ShardHandle:
         self.conn = Channel(os.dup(parent_sock.fileno()))
         parent_sock.close()
         self.proc = proc
+        self.answered = set()
         self.send(Command.INIT, request)
 
     def send(self, command: Command, argument: Argument = None) -> None:
@@ -150,6 +156,7 @@ class ShardHandle:
         """
         if self.conn is None:
             return
+        self.in_flight, self.in_flight_since = command.value, time.monotonic()
         try:
             self.conn.send((command.value, None if argument is None else tuple(argument)))
         except OSError:
@@ -170,8 +177,11 @@ class ShardHandle:
             return Reply(Outcome.DIED, self.exit_description())
         if message is Channel.TIMEOUT:
             return Reply(Outcome.HUNG, f"did not answer within {deadline.seconds:g} s")
+        done, self.in_flight = self.in_flight, None
         if message[0] == Outcome.OK.value:
             _, payload, self.sim_s = message
+            if done is not None:
+                self.answered.add(done)
             return Reply(Outcome.OK, payload)
         _, kind, type_name, text, tb = message
         return Reply(Outcome.ERR, RemoteError(ErrorKind(kind), type_name, text, tb))

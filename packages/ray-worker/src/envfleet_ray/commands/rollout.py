@@ -33,17 +33,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 class _Progress:
-    """A tqdm bar of env steps, on stderr, when it is a terminal (or ``ENVFLEET_PROGRESS=1``)."""
+    """A tqdm bar of env steps, on stderr, when it is a terminal (or ``ENVFLEET_PROGRESS=1``).
 
-    def __init__(self, total: int, enabled: bool) -> None:
-        enabled = enabled and (sys.stderr.isatty() or os.environ.get("ENVFLEET_PROGRESS") == "1")
+    The bar appears with the first chunk, after ``on_first()`` (the start-up display's end), so
+    that the two do not share the line while the first reset runs.
+    """
+
+    def __init__(self, total: int, enabled: bool, on_first: Any = None) -> None:
+        self.enabled = enabled and (sys.stderr.isatty() or os.environ.get("ENVFLEET_PROGRESS") == "1")
+        self.total = total
+        self.on_first = on_first
         self.bar: Any = None
-        if enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, unit="step", desc="env steps", file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
 
     def __call__(self, stats: Any) -> None:
+        if self.on_first is not None:
+            self.on_first()
+            self.on_first = None
+        if self.bar is None and self.enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total, unit="step", desc="env steps", file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
         if self.bar is not None:
             self.bar.update(stats.env_steps - self.bar.n)
             self.bar.set_postfix(episodes=stats.episodes, successes=stats.successes, refresh=False)
@@ -87,18 +96,36 @@ def _run_rollout(args: argparse.Namespace, cfg: Any, policy: Any) -> tuple[Any, 
     Returns the loop's stats, the group's metrics, the setup time and whether Ctrl-C cut the
     run short (the metrics then cover what ran). Nothing started here outlives the call.
     """
+    import ray
+
     from ..runtime.cluster import init_ray
     from ..runtime.group import EnvWorkerGroup
+    from ..runtime.startup import StartupDisplay
     from .loop import EnvLoop
 
-    ray_info = init_ray(args.address)
+    made: list[EnvWorkerGroup] = []  # the group, for the start-up display's polls once it exists
+
+    def poll() -> Any:
+        return ray.get([w.startup_status.remote() for w in made[0].workers], timeout=5.0) if made else None
+
+    display = StartupDisplay(poll, enabled=not args.no_progress)
+    display.begin("ray")
+    try:
+        ray_info = init_ray(args.address)
+    except BaseException:
+        display.close()
+        raise
     group = None
     interrupted = False
     try:
         t_setup = time.perf_counter()
+        display.begin("workers")
         group = EnvWorkerGroup(cfg, num_workers=args.workers, cpus_per_worker=args.cpus_per_worker)
+        made.append(group)
         group.init_worker()
+        display.begin("shards")
         group.init_simulator()
+        display.end()
         setup_s = time.perf_counter() - t_setup
         chunk = int(cfg.actor.model.num_action_chunks)
         print(
@@ -107,7 +134,8 @@ def _run_rollout(args: argparse.Namespace, cfg: Any, policy: Any) -> tuple[Any, 
             f"Ray {'local on 127.0.0.1' if ray_info['local'] else ray_info['address']} | setup {setup_s:.1f}s",
             flush=True,
         )
-        progress = _Progress(args.steps * group.stage_num * args.workers * group.num_envs * chunk, not args.no_progress)
+        display.begin("reset")
+        progress = _Progress(args.steps * group.stage_num * args.workers * group.num_envs * chunk, not args.no_progress, display.close)
         loop = EnvLoop(group, policy, on_progress=progress)
         try:
             loop.run(args.steps)
@@ -119,11 +147,10 @@ def _run_rollout(args: argparse.Namespace, cfg: Any, policy: Any) -> tuple[Any, 
         metrics = group.finish_rollout("train")
         return loop.stats, metrics, setup_s, interrupted
     finally:
+        display.close()
         if group is not None:
             group.shutdown()
         if ray_info["local"]:
-            import ray
-
             ray.shutdown()
 
 

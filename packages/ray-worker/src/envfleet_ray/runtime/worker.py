@@ -46,6 +46,7 @@ from . import ready_calls
 from .batch import OBS_KEYS, create_env_batch_dataproto, env_batch_dataproto, put_tensor_cpu
 from .metrics import EpisodeMetrics
 from .stages import StageState
+from .startup import stage_status
 
 __all__ = ["EnvWorker", "put_tensor_cpu", "create_env_batch_dataproto", "env_batch_dataproto", "OBS_KEYS"]
 
@@ -96,6 +97,10 @@ class EnvWorker:
         with self._init_lock:
             managers = self._ensure_managers(mode)
             list(self._pool.map(lambda m: m.start_simulator(), managers))
+
+    def startup_status(self, mode: str = "train") -> list[list[dict[str, Any]]]:
+        """What each stage's shards are doing while they start, per stage (:mod:`envfleet_ray.runtime.startup`)."""
+        return [stage_status(stage.manager) for stage in list(self._stages.get(mode, []))]
 
     def stop_simulator(self, mode: str = "train") -> None:
         """Offload: save state and free every stage's processes (see ProcessEnvManager.stop_simulator)."""
