@@ -111,6 +111,11 @@ class BackendSpec:
         backend whose size depends on its section and is known before any shard starts (the
         gymnasium backend reads it from the env's action space); used where :attr:`action_dim`
         is ``None``, as the default of ``actor.model.action_dim`` and to check a size given there.
+    :param action_check: ``(cfg) -> check``, where ``check(actions)`` raises
+        :class:`~envfleet.errors.InvalidInputError` for actions ``[n, chunk, action_dim]`` the backend's
+        envs cannot take beyond what core checks (shape, dtype, finiteness): the manager calls it on
+        the whole stage's actions before any shard gets them, so a chunk with one bad action steps no
+        env (the gymnasium backend: a discrete action space's whole numbers). ``None``: core's checks only.
     :param max_episode_steps: ``(cfg) -> int | None``: the episode length in sub-steps the
         backend's env uses when the config's ``max_episode_steps`` is unset (LIBERO: the suite's
         horizon), for the callers that must know it before an env exists (LeRobot's eval loop);
@@ -154,6 +159,7 @@ class BackendSpec:
     protocols: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
     action_dim: int | None = None
     action_dim_for: Callable[[Any], int | None] | None = None
+    action_check: Callable[[Any], Callable[[Any], None]] | None = None
     max_episode_steps: Callable[[Any], int | None] | None = None
     implements: AbstractSet[str] = frozenset()
     api_version: str | None = None

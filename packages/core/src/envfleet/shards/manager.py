@@ -83,6 +83,8 @@ class ProcessEnvManager:
         self.num_action_chunks = None if chunk is None else int(chunk)
         self.action_dim = int(cfg.actor.model.action_dim)
         self.obs_spec = self.spec.checked_observation_spec(self.env_cfg, self.num_envs)
+        # The backend's own check of action values (BackendSpec.action_check), before any shard gets them.
+        self._action_check = None if self.spec.action_check is None else self.spec.action_check(self.env_cfg)
         self.stats = ManagerStats()
         self._lock = threading.RLock()
         self._running = False
@@ -315,6 +317,8 @@ class ProcessEnvManager:
             self._check_running()
             self._ready.check_idle("chunk_step")
             actions = check_actions(actions, self.num_envs, self.action_dim, self.num_action_chunks)
+            if self._action_check is not None:
+                self._action_check(actions)
             chunk = actions.shape[1]
             t0 = time.perf_counter()
             # Raw bytes pickle several times faster than a numpy array; each shard gets a slice.
@@ -362,6 +366,8 @@ class ProcessEnvManager:
                 )
             env_ids = as_env_ids(env_ids, self.num_envs)
             actions = check_actions(actions, len(env_ids), self.action_dim, self.num_action_chunks)
+            if self._action_check is not None:
+                self._action_check(actions)
             self._ready.send(env_ids, actions)
 
     def recv_chunk(self, min_ready: int, timeout_s: float | None = None, max_ready: int | None = None) -> ReadyChunk:
