@@ -213,3 +213,27 @@ def test_a_run_killed_while_recording_leaves_every_finished_episode_readable(tmp
         done = mgr.flush_dataset()
     assert done["episodes"] == len(rows) + 2
     assert json.loads((root / "meta" / "stats.json").read_text())["action"]["count"] == [done["frames"]]
+
+
+def test_images_stored_as_images_round_trip_bit_for_bit(tmp_path: Path) -> None:
+    """train.record.images: image: LeRobot's image features, a PNG per frame in the parquet, lossless."""
+    rng = np.random.default_rng(3)
+    seen = []
+    with ProcessEnvManager(cfg(str(tmp_path / "rec"), "train.record.frames=step", "train.record.images=image")) as mgr:
+        res = mgr.reset_envs_to_state_ids(np.array([2, 9]))
+        seen.append(res.obs["wrist_image"].copy())
+        for _ in range(3):
+            mgr.chunk_step(rng.uniform(-1, 1, size=(N, CHUNK, DIM)).astype(np.float32))
+        root = mgr.flush_dataset()["root"]
+    info = read_info(root)
+    assert info["features"]["observation.images.wrist_image"]["dtype"] == "image" and info["video_path"] is None
+    assert not (Path(root) / "videos").exists()
+    rows = read_episodes(root)
+    assert len(rows) == 2
+    for row in rows:
+        frames = read_frames(root, row)
+        i = [2, 9].index(row["envfleet/state_id"])
+        assert frames["observation.images.wrist_image"].shape == (row["length"], 32, 32, 3)
+        np.testing.assert_array_equal(frames["observation.images.wrist_image"][0], seen[0][i])
+    stats = json.loads(Path(root, "meta", "stats.json").read_text())
+    assert np.asarray(stats["observation.images.full_image"]["mean"]).shape == (3, 1, 1)

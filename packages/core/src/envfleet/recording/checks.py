@@ -84,6 +84,8 @@ def require_record_deps(cfg: RecordConfig) -> None:
         raise ConfigError(f"train.record needs PyAV and pyarrow ({exc}): pip install 'envfleet[record]'") from None
     if cfg.video_codec not in av.codecs_available:
         raise ConfigError(f"train.record.video_codec {cfg.video_codec!r} is not an encoder of this PyAV build; e.g. libx264rgb, libx264")
+    if str(getattr(cfg.images, "value", cfg.images)) == "image" and "png" not in av.codecs_available:
+        raise ConfigError("train.record.images: image needs PyAV's png encoder, which this PyAV build lacks; record images: video")
 
 
 def check_record_config(section: Any) -> None:

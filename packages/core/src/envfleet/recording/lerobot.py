@@ -29,7 +29,17 @@ import numpy as np
 
 from . import stats as dstats
 
-__all__ = ["CODEBASE_VERSION", "CHUNKS_SIZE", "Episode", "LeRobotDatasetFiles", "video_key", "read_json", "write_json_atomic"]
+__all__ = [
+    "CODEBASE_VERSION",
+    "CHUNKS_SIZE",
+    "Episode",
+    "LeRobotDatasetFiles",
+    "video_key",
+    "read_json",
+    "write_json_atomic",
+    "encode_png",
+    "decode_png",
+]
 
 CODEBASE_VERSION = "v3.0"
 CHUNKS_SIZE = 1000  # files per chunk directory, LeRobot's default
@@ -84,6 +94,32 @@ class Episode:
 
     def __len__(self) -> int:
         return len(self.action)
+
+
+def encode_png(image: np.ndarray) -> bytes:
+    """A lossless PNG of ``image`` (uint8 ``[H, W, 3]``), encoded by PyAV."""
+    import av
+
+    codec: Any = av.CodecContext.create("png", "w")
+    codec.width, codec.height, codec.pix_fmt = image.shape[1], image.shape[0], "rgb24"
+    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+    return b"".join(bytes(p) for p in [*codec.encode(frame), *codec.encode(None)])
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    """The uint8 ``[H, W, 3]`` image of a PNG, decoded by PyAV."""
+    import av
+
+    codec: Any = av.CodecContext.create("png", "r")
+    return np.asarray(codec.decode(av.Packet(data))[0].to_ndarray(format="rgb24"))
+
+
+def _png_column(frames: Sequence[np.ndarray]) -> Any:
+    """A LeRobot ``image`` column: the struct Hugging Face datasets' ``Image`` reads, one PNG per frame."""
+    import pyarrow as pa
+
+    kind = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    return pa.array([{"bytes": encode_png(f), "path": None} for f in frames], type=kind)
 
 
 def _vector(values: Sequence[np.ndarray], dtype: Any) -> Any:
@@ -233,15 +269,18 @@ class LeRobotDatasetFiles:
         row: dict[str, Any] = {"episode_index": index, "tasks": [ep.task], "length": n, "data/chunk_index": where["chunk_index"]}
         row["data/file_index"] = where["file_index"]
         row["dataset_from_index"], row["dataset_to_index"] = self.total_frames, self.total_frames + n
+        columns: dict[str, Any] = {}
         for camera, frames in ep.images.items():
             key = video_key(camera)
+            if self.features[key]["dtype"] == "image":
+                columns[key] = _png_column(frames)
+                continue
             path = os.path.join(self.root, VIDEO_PATH.format(video_key=key, **where))
             self._write_video(frames, path, written)
             row[f"videos/{key}/chunk_index"], row[f"videos/{key}/file_index"] = where["chunk_index"], where["file_index"]
             row[f"videos/{key}/from_timestamp"], row[f"videos/{key}/to_timestamp"] = 0.0, n / self.fps
         new_task = ep.task not in self.tasks
         task_index = self.tasks.setdefault(ep.task, len(self.tasks))
-        columns: dict[str, Any] = {}
         if "observation.state" in self.features:
             columns["observation.state"] = _vector(ep.state, np.float32)
         columns["action"] = _vector(ep.action, np.float32)
@@ -254,7 +293,7 @@ class LeRobotDatasetFiles:
         columns["index"] = pa.array(np.arange(self.total_frames, self.total_frames + n, dtype=np.int64))
         columns["task_index"] = pa.array(np.full(n, task_index, dtype=np.int64))
         self._write_parquet(pa.table(columns), os.path.join(self.root, DATA_PATH.format(**where)), written)
-        numeric = {k: c.to_numpy(zero_copy_only=False) for k, c in columns.items()}
+        numeric = {k: c.to_numpy(zero_copy_only=False) for k, c in columns.items() if self.features[k]["dtype"] != "image"}
         numeric = {k: np.stack(list(v)) if v.dtype == object else v for k, v in numeric.items()}  # fixed-size lists: [n, width]
         ep_stats = dstats.episode_stats(numeric, {video_key(c): frames for c, frames in ep.images.items()})
         row.update(dstats.flatten(ep_stats))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["RecordConfig", "RecordFormat", "RecordFrames", "RecordKeep"]
+__all__ = ["RecordConfig", "RecordFormat", "RecordFrames", "RecordImages", "RecordKeep"]
 
 
 class RecordFormat(str, Enum):
@@ -19,6 +19,13 @@ class RecordFrames(str, Enum):
 
     step = "step"  # one control step (sub-step) of the simulator: what LeRobot's policies train on
     chunk = "chunk"  # one chunk step: one decision of the policy, its whole chunk as the action
+
+
+class RecordImages(str, Enum):
+    """How camera images are stored."""
+
+    video = "video"  # LeRobot's video features: one mp4 per episode and camera (video_codec, crf)
+    image = "image"  # LeRobot's image features: a lossless PNG per frame, in the frames' parquet
 
 
 class RecordKeep(str, Enum):
@@ -44,8 +51,9 @@ class RecordConfig:
     fps: int | None = None
     keep: RecordKeep = RecordKeep.all  # all, or success: only the episodes that succeeded
     min_length: int = 1  # episodes with fewer frames are not written (counted as too_short)
-    # Camera images (uint8 [H, W, 3]) recorded as video features; null: every camera of the backend's spec.
+    # Camera images (uint8 [H, W, 3]) recorded; null: every camera of the backend's spec.
     image_keys: list[str] | None = None
+    images: RecordImages = RecordImages.video  # video: mp4 per episode; image: PNG per frame (LeRobot's image features)
     # The video encoder (a PyAV codec name) and its options. libx264rgb at crf 0 is lossless:
     # decoded frames equal the simulator's images bit for bit.
     video_codec: str = "libx264rgb"

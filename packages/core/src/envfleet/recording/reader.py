@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .lerobot import DATA_PATH, ENVFLEET_META, VIDEO_PATH, read_json, video_key
+from .lerobot import DATA_PATH, ENVFLEET_META, VIDEO_PATH, decode_png, read_json, video_key
 
 __all__ = ["find_datasets", "read_info", "read_episodes", "read_frames", "episode_video"]
 
@@ -53,11 +53,15 @@ def read_frames(root: str, row: dict[str, Any]) -> dict[str, np.ndarray]:
     where = {"chunk_index": row["data/chunk_index"], "file_index": row["data/file_index"]}
     table = pq.read_table(os.path.join(root, DATA_PATH.format(**where)))
     table = table.filter(np.asarray(table.column("episode_index").to_numpy()) == row["episode_index"])
+    features = read_json(os.path.join(root, "meta", "info.json"))["features"]
     out: dict[str, np.ndarray] = {}
     for name in table.column_names:
+        if features.get(name, {}).get("dtype") == "image":  # PNG per frame
+            out[name] = np.stack([decode_png(cell["bytes"]) for cell in table.column(name).to_pylist()])
+            continue
         values = table.column(name).to_numpy(zero_copy_only=False)
         out[name] = np.stack(list(values)) if values.dtype == object else values  # fixed-size lists: [T, width]
-    for key, feat in read_json(os.path.join(root, "meta", "info.json"))["features"].items():
+    for key, feat in features.items():
         if feat["dtype"] != "video":
             continue
         camera = key.removeprefix("observation.images.")

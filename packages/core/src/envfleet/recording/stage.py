@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import ConfigError
 from .checks import MARKER, cameras, check_record_config, check_record_dir, dataset_root, is_envfleet_dataset, require_record_deps
 from .lerobot import Episode, LeRobotDatasetFiles, video_key
-from .options import RecordConfig, RecordFrames, RecordKeep
+from .options import RecordConfig, RecordFrames, RecordImages, RecordKeep
 from .substeps import substep_spec
 from .writer import DatasetWriter, RecordingError
 
@@ -151,8 +151,12 @@ class StageRecorder:
     # ------------------------------------------------------------------ dataset
     def _features(self) -> dict[str, dict[str, Any]]:
         feats: dict[str, dict[str, Any]] = {}
+        as_images = RecordImages(self.cfg.images) is RecordImages.image
         for cam in self.cameras:
             h, w, c = (int(x) for x in self.spec[cam].shape)
+            if as_images:
+                feats[video_key(cam)] = {"dtype": "image", "shape": [h, w, c], "names": ["height", "width", "channels"]}
+                continue
             info = {"video.height": h, "video.width": w, "video.codec": "h264" if "264" in self.cfg.video_codec else self.cfg.video_codec}
             info.update({"video.pix_fmt": self.cfg.pix_fmt, "video.fps": self.fps, "video.channels": c, "has_audio": False})
             info["is_depth_map"] = False
