@@ -111,7 +111,7 @@ def _lerobot_stats(root: str, features: dict) -> dict:
         frames = read_frames(root, row)
         ep = {}
         for key, values in frames.items():
-            if features[key]["dtype"] == "video":
+            if features[key]["dtype"] in ("video", "image"):
                 picked = np.stack([auto_downsample_height_width(values[i].transpose(2, 0, 1)) for i in sample_indices(len(values))])
                 stats = get_feature_stats(picked, axis=(0, 2, 3), keepdims=True)
                 ep[key] = {k: v if k == "count" else np.squeeze(v / 255.0, axis=0) for k, v in stats.items()}
@@ -162,3 +162,33 @@ def test_lerobot_train_fits_act_on_the_per_step_dataset(per_step_run: tuple[Path
     losses = [float(x) for x in re.findall(r"step:\d+ .*? loss:(\S+)", log)]
     assert len(losses) == 3 and all(math.isfinite(x) for x in losses), log[-3000:]
     assert "End of training" in log
+
+
+def test_image_features_load_in_lerobot_with_lerobots_stats(tmp_path: Path) -> None:
+    """train.record.images: image (a toy stage recorded per step here): LeRobot decodes the PNGs to the recorded images."""
+    from envfleet import ProcessEnvManager
+    from envfleet.config import load_config
+
+    overrides = ["train.simulator_type=toy", "train.num_envs=2", "actor.model.num_action_chunks=4", "train.max_episode_steps=10"]
+    overrides += ["train.init_params.camera_heights=32", "train.init_params.camera_widths=32", "train.record.format=lerobot"]
+    overrides += [f"train.record.dir={tmp_path / 'rec'}", "train.record.frames=step", "train.record.images=image"]
+    rng = np.random.default_rng(0)
+    with ProcessEnvManager(load_config(overrides=overrides)) as mgr:
+        mgr.reset_envs_to_state_ids(np.array([0, 5]))
+        for _ in range(3):
+            mgr.chunk_step(rng.uniform(-1, 1, size=(2, 4, 7)).astype(np.float32))
+        root = mgr.flush_dataset()["root"]
+    ds = LeRobotDataset("envfleet/toy-images", root=root)
+    assert ds.meta.features["observation.images.full_image"]["dtype"] == "image" and ds.fps == 10
+    for row in read_episodes(root):
+        frames = read_frames(root, row)
+        for t in range(row["length"]):
+            item = ds[row["dataset_from_index"] + t]
+            decoded = (item["observation.images.full_image"] * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+            np.testing.assert_array_equal(decoded, frames["observation.images.full_image"][t])
+    theirs = _lerobot_stats(root, ds.meta.features)
+    for key, feat in theirs.items():
+        for name, value in feat.items():
+            np.testing.assert_allclose(
+                np.asarray(ds.meta.stats[key][name], dtype=np.float64), value, rtol=1e-6, atol=1e-7, err_msg=f"{key}/{name}"
+            )
