@@ -48,7 +48,9 @@ class Scripted(gymnasium.Env):
         success: bool = True,
         render_mode: str | None = None,
     ) -> None:
-        self.hooks = dict(terminate_at=terminate_at, succeed_at=succeed_at, truncate_at=truncate_at, exit_at=exit_at, hang_at=hang_at, raise_at=raise_at)
+        self.hooks = dict(
+            terminate_at=terminate_at, succeed_at=succeed_at, truncate_at=truncate_at, exit_at=exit_at, hang_at=hang_at, raise_at=raise_at
+        )
         self.success = success
         self.render_mode = render_mode
         self.observation_space = spaces.Box(-np.inf, np.inf, (3,), np.float64)

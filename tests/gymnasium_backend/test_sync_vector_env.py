@@ -99,7 +99,7 @@ def test_cartpole_terminations_match_sync_vector_env(no_leaks: None) -> None:
             live = np.ones(n, dtype=bool)
             for t in range(100):
                 mine = mgr.chunk_step(push)
-                obs, reward, term, trunc, _ = ref.step(np.ones(n, dtype=np.int64))
+                obs, reward, term, _, _ = ref.step(np.ones(n, dtype=np.int64))
                 np.testing.assert_array_equal(mine.obs["state"][live], obs[live], err_msg=f"step {t}")
                 np.testing.assert_array_equal(mine.terminations[live, 0], term[live], err_msg=f"step {t}")
                 np.testing.assert_array_equal(mine.rewards[live, 0], reward[live].astype(np.float32))

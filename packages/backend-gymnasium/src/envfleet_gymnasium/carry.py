@@ -108,7 +108,9 @@ def leaves(desc: Mapping[str, Any], path: tuple[str, ...] = ()) -> list[Leaf]:
         return out
     if kind in CARRIED:
         return [Leaf(path, _name(path, desc), desc)]
-    why = f"a {kind} space, which has no fixed shape: envfleet carries Box, Discrete, MultiDiscrete and MultiBinary (in Dict and flat Tuple)"
+    why = (
+        f"a {kind} space, which has no fixed shape: envfleet carries Box, Discrete, MultiDiscrete and MultiBinary (in Dict and flat Tuple)"
+    )
     return [Leaf(path, _name(path, desc), desc, why)]
 
 
@@ -161,9 +163,7 @@ def _pairs(value: Any, what: str) -> list[tuple[str, str]] | None:
     return pairs
 
 
-def observation_layout(
-    obs_desc: Mapping[str, Any], render_desc: Mapping[str, Any] | None, image_keys: Any, state_keys: Any
-) -> Layout:
+def observation_layout(obs_desc: Mapping[str, Any], render_desc: Mapping[str, Any] | None, image_keys: Any, state_keys: Any) -> Layout:
     """What envfleet carries of an observation space (and of ``render()``'s frame, when the env renders).
 
     :param obs_desc: the observation space's description.
@@ -219,7 +219,9 @@ def observation_layout(
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:
         why = f" ({RENDER_KEY!r} is the key of render()'s frame)" if RENDER_KEY in twice and render_desc is not None else ""
-        raise ConfigError(f"two observation keys are named {twice[0]!r}{why}: rename one with a mapping in train.gymnasium.image_keys / state_keys")
+        raise ConfigError(
+            f"two observation keys are named {twice[0]!r}{why}: rename one with a mapping in train.gymnasium.image_keys / state_keys"
+        )
     if not out:
         raise ConfigError("train.gymnasium.image_keys and state_keys leave no observation entry to carry, and the env does not render")
     return Layout(tuple(out))
@@ -250,9 +252,10 @@ class ActionLayout:
     high: np.ndarray | None = None
     rescale: bool = False
 
-    def convert(self, actions: np.ndarray) -> np.ndarray:
+    def convert(self, actions: np.ndarray, offset: int = 0) -> np.ndarray:
         """``actions`` ``[n, chunk, dim]`` float32 as the env's actions ``[n, chunk, *shape]``.
 
+        :param offset: the stage index of row 0 (a shard's first env), for the message.
         :raises InvalidInputError: a value a discrete space cannot take, naming the env and sub-step.
         """
         n, chunk = actions.shape[:2]
@@ -272,7 +275,7 @@ class ActionLayout:
             value = float(actions[env, k, d])
             lo, hi = int(self.low.reshape(-1)[d]), int(self.high.reshape(-1)[d])
             raise InvalidInputError(
-                f"actions[{env}, {k}, {d}] is {value}, but the env's action space is {self.kind}: "
+                f"actions[{env + offset}, {k}, {d}] is {value}, but the env's action space is {self.kind}: "
                 f"action component {d} takes a whole number in {lo}..{hi}"
             )
         values = actions.astype(np.int64)
@@ -288,6 +291,11 @@ def action_layout(desc: Mapping[str, Any], rescale: bool = False) -> ActionLayou
         MultiBinary), or ``rescale`` over a Box with infinite bounds.
     """
     kind = desc.get("type")
+    if rescale and kind != "Box":
+        raise ConfigError(
+            f"config key 'train.gymnasium.rescale_actions' is true, but the action space {space_text(desc)} is not a Box: "
+            "only a Box's bounds can be rescaled onto"
+        )
     if kind == "Box":
         shape = tuple(int(s) for s in desc["shape"])
         low = np.asarray(desc["low"], dtype=np.float64).reshape(shape)
@@ -304,8 +312,8 @@ def action_layout(desc: Mapping[str, Any], rescale: bool = False) -> ActionLayou
         return ActionLayout("Discrete", 1, (), str(desc.get("dtype", "int64")), np.array([start]), np.array([start + n - 1]))
     if kind == "MultiDiscrete":
         nvec = np.asarray(desc["nvec"], dtype=np.int64)
-        start = np.asarray(desc.get("start", np.zeros_like(nvec)), dtype=np.int64).reshape(nvec.shape)
-        return ActionLayout("MultiDiscrete", int(nvec.size), tuple(nvec.shape), str(desc["dtype"]), start, start + nvec - 1)
+        first = np.asarray(desc.get("start", np.zeros_like(nvec)), dtype=np.int64).reshape(nvec.shape)
+        return ActionLayout("MultiDiscrete", int(nvec.size), tuple(nvec.shape), str(desc["dtype"]), first, first + nvec - 1)
     if kind == "MultiBinary":
         shape = tuple(int(s) for s in desc["shape"])
         size = int(np.prod(shape, dtype=np.int64))

@@ -132,7 +132,9 @@ class Case:
             )
         kwargs = _plain(get("kwargs")) or {}
         if not isinstance(kwargs, Mapping):
-            raise ConfigError(f"config key 'train.gymnasium.kwargs' must be a mapping of gymnasium.make's keyword arguments, got {kwargs!r}")
+            raise ConfigError(
+                f"config key 'train.gymnasium.kwargs' must be a mapping of gymnasium.make's keyword arguments, got {kwargs!r}"
+            )
         for word, instead in _OWN_KEYWORDS.items():
             if word in kwargs:
                 raise ConfigError(f"config key 'train.gymnasium.kwargs.{word}': set {instead} instead")

@@ -65,7 +65,9 @@ class GymnasiumEnv(BatchedEnv):
         self.action_dim = self.actions.dim
         if int(ctx.action_dim) != self.action_dim:
             self.close()
-            raise ValueError(f"the env's action space takes actions of size {self.action_dim}, but actor.model.action_dim is {ctx.action_dim}")
+            raise ValueError(
+                f"the env's action space takes actions of size {self.action_dim}, but actor.model.action_dim is {ctx.action_dim}"
+            )
         self.render_all = str(cfg.render) == "all"
         self.flip = bool(cfg.flip_images)
         self.success_key = case.success_key
@@ -93,11 +95,13 @@ class GymnasiumEnv(BatchedEnv):
         state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=len(env_ids))
         for i, sid in zip(env_ids.tolist(), state_ids.tolist()):
             self._reset_one(i, sid)
-        return ResetResult(obs=self.observations(), task_descriptions=self._descriptions(), infos={"state_id": self.tracker.state_ids.copy()})
+        return ResetResult(
+            obs=self.observations(), task_descriptions=self._descriptions(), infos={"state_id": self.tracker.state_ids.copy()}
+        )
 
     def chunk_step(self, actions: np.ndarray) -> ChunkStepResult:
         actions = check_actions(actions, self.num_envs, self.action_dim)
-        env_actions = self.actions.convert(actions)  # every action checked before any env steps
+        env_actions = self.actions.convert(actions, self.ctx.env_offset)  # every action checked before any env steps
         chunk = actions.shape[1]
         n = self.num_envs
         t = self.tracker

@@ -70,4 +70,4 @@ class ZeroEnv(gymnasium.Env):  # type: ignore[misc]
 
 
 if ZERO_ID not in gymnasium.envs.registry:
-    gymnasium.register(ZERO_ID, entry_point=ZeroEnv, max_episode_steps=1000, disable_env_checker=True)
+    gymnasium.register(ZERO_ID, entry_point=ZeroEnv, max_episode_steps=1000, disable_env_checker=True)  # type: ignore[arg-type]

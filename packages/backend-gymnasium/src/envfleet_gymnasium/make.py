@@ -71,7 +71,9 @@ def prepare_id(env_id: str) -> str:
             if exc.name != namespace:
                 raise CaseError("module", f"module {namespace!r} (the namespace of id {env_id!r}) does not import: {exc}") from exc
         except Exception as exc:
-            raise CaseError("module", f"module {namespace!r} (the namespace of id {env_id!r}) does not import: {type(exc).__name__}: {exc}") from exc
+            raise CaseError(
+                "module", f"module {namespace!r} (the namespace of id {env_id!r}) does not import: {type(exc).__name__}: {exc}"
+            ) from exc
     return env_id
 
 

@@ -9,6 +9,7 @@ observation spec, the action size, the episode horizon) comes from the spec prob
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ __all__ = [
     "observation_spec",
     "horizon",
     "action_dim",
+    "action_check",
     "protocol_parts",
     "render_last",
     "doctor_findings",
@@ -75,13 +77,27 @@ def action_dim(cfg: Any) -> int:
     return action_layout(probe(cfg)["action"], case.rescale_actions).dim
 
 
+def action_check(cfg: Any) -> Callable[[np.ndarray], None]:
+    """The check of a stage's actions against the env's action space (a discrete space's whole numbers),
+    which the manager runs before any shard gets them."""
+    layout = action_layout(probe(cfg)["action"], Case.from_section(cfg).rescale_actions)
+
+    def check(actions: np.ndarray) -> None:
+        if layout.kind != "Box":
+            layout.convert(actions)
+
+    return check
+
+
 def render_last(case: Case, layout: Layout) -> str:
     """What ``render: last`` saves for this env, in one sentence (the doctor and the fingerprint say it)."""
     in_obs = [e.key for e in layout.images_in_obs()]
     if layout.renders and not in_obs:
         return "render() is called at the read sub-step only (render: last skips the others)"
     if in_obs and layout.renders:
-        return f"render() at the read sub-step only; images in the observation ({', '.join(in_obs)}) are rendered by the env at every sub-step"
+        return (
+            f"render() at the read sub-step only; images in the observation ({', '.join(in_obs)}) are rendered by the env at every sub-step"
+        )
     if in_obs:
         return f"nothing to skip: the images ({', '.join(in_obs)}) are in the observation, rendered by the env at every sub-step"
     return "no images"
@@ -121,10 +137,18 @@ def doctor_findings(cfg: Any) -> list[tuple[str, str, str]]:
     packages = ", ".join(f"{k} {v}" for k, v in sorted((answer.get("env_packages") or {}).items())) or "no package found"
     keys = ", ".join(f"{e.key} {e.spec.dtype}{list(e.spec.shape)}" for e in layout.entries)
     found = [
-        ("ok", f"gymnasium env {case.id} ({answer.get('env_class')}; {packages}; gymnasium {answer['versions'].get('gymnasium')}) "
-         f"builds under {answer.get('python')} (Python {answer.get('python_version')}); probed in {answer.get('seconds')} s", ""),
-        ("ok", f"gymnasium env {case.name}: observation keys {keys}; actions {action.kind} of size {action.dim}; "
-         f"{len(case.seeds)} fixed initial states; episodes of {steps} sub-steps", ""),
+        (
+            "ok",
+            f"gymnasium env {case.id} ({answer.get('env_class')}; {packages}; gymnasium {answer['versions'].get('gymnasium')}) "
+            f"builds under {answer.get('python')} (Python {answer.get('python_version')}); probed in {answer.get('seconds')} s",
+            "",
+        ),
+        (
+            "ok",
+            f"gymnasium env {case.name}: observation keys {keys}; actions {action.kind} of size {action.dim}; "
+            f"{len(case.seeds)} fixed initial states; episodes of {steps} sub-steps",
+            "",
+        ),
     ]
     status = "ok" if layout.renders or not layout.images_in_obs() else "warn"
     fix = "" if status == "ok" else "nothing to do if the env has no render() of its own; otherwise use train.gymnasium.render: rgb_array"
@@ -153,8 +177,10 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             config_schema=GymnasiumConfig,
             envs_per_process=lambda cfg: int(cfg.gymnasium.envs_per_process),
             protocol_parts=protocol_parts,
+            config_findings=doctor_findings,
             action_dim=None,
             action_dim_for=action_dim,
+            action_check=action_check,
             max_episode_steps=horizon,
             # ignore_terminations: gymnasium leaves a step after `terminated` undefined; settle_steps and
             # action_transform: a gymnasium env has no no-op action and no gripper convention.
