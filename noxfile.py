@@ -456,6 +456,7 @@ def typecheck(session: nox.Session) -> None:
         "packages/backend-isaac/src/envfleet_isaac",
         "packages/backend-metaworld/src/envfleet_metaworld",
         "packages/backend-maniskill/src/envfleet_maniskill",
+        "packages/backend-gymnasium/src/envfleet_gymnasium",
         external=True,
     )
 
