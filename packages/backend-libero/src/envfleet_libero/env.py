@@ -36,7 +36,7 @@ of a reset, last sub-step of a chunk, the sub-step an episode ends), by swapping
 the camera observables' sensor functions; robosuite's sampling clocks run exactly
 as with ``render: all``, so the images are bit-identical to it. A section that records
 a frame per sub-step (``train.record.frames: step``) hands out every sub-step's
-observation (:mod:`envfleet.recording.substeps`): its envs render every sub-step, and
+observation (:mod:`envfleet.substeps`): its envs render every sub-step, and
 the envs of sections that do not record keep ``render: last`` as it is.
 """
 
@@ -51,7 +51,7 @@ import numpy as np
 from envfleet.batched_env import BatchedEnv
 from envfleet.env import ChunkStepResult, EnvContext, ResetResult
 from envfleet.plugins import backend_section
-from envfleet.recording.substeps import substep_spec
+from envfleet.substeps import substep_spec
 from envfleet.validation import StateTable, as_env_ids, check_actions, check_reset_ids
 
 from .actions import ACTION_DIM, SETTLE_ACTIONS, apply_action_transform

@@ -29,7 +29,7 @@ import numpy as np
 
 from .env import Env, EnvContext, ObservationSpec
 from .episodes import EpisodeTracker, StateCycle
-from .recording.substeps import PREFIX as SUBSTEP
+from .substeps import PREFIX as SUBSTEP
 from .validation import StateTable
 
 __all__ = ["BatchedEnv"]
@@ -82,7 +82,7 @@ class BatchedEnv(Env):
 
     def init_observations(self, spec: ObservationSpec) -> None:
         """Zeroed observation arrays, one per key of ``spec`` (with the ``substep/`` keys of a section that
-        records per step, :func:`envfleet.recording.substeps.substep_spec`)."""
+        records per step, :func:`envfleet.substeps.substep_spec`)."""
         self.obs_spec = dict(spec)
         self.obs = {key: np.zeros((self.num_envs, *s.shape), dtype=s.dtype) for key, s in spec.items()}
         self.observations_bound = False

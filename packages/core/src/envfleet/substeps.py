@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..env import ArraySpec
+from .env import ArraySpec
 
 __all__ = ["PREFIX", "records_substeps", "recorded_keys", "substep_spec", "split_substeps"]
 

@@ -140,7 +140,7 @@ class BackendSpec:
     :param control_fps: the backend's control rate, sub-steps per second of simulated time (LIBERO:
         20); the fps of a dataset recorded per step (``train.record.frames: step``). ``None``: not known.
     :param substep_observations: its env writes every sub-step's observation for a section that
-        records per step (:mod:`envfleet.recording.substeps`); without it ``frames: step`` is refused.
+        records per step (:mod:`envfleet.substeps`); without it ``frames: step`` is refused.
     :param config_findings: ``(cfg) -> [(status, what, fix), ...]``: what ``envfleet doctor --config``
         says of env section ``cfg`` beyond the machine's checks (the gymnasium backend: the env the
         section names, and whether ``render: last`` has anything to skip); ``status`` is ``"ok"``,

@@ -39,6 +39,7 @@ __all__ = [
     "write_json_atomic",
     "encode_png",
     "decode_png",
+    "counted_episodes",
 ]
 
 CODEBASE_VERSION = "v3.0"
@@ -114,6 +115,18 @@ def decode_png(data: bytes) -> np.ndarray:
     return np.asarray(codec.decode(av.Packet(data))[0].to_ndarray(format="rgb24"))
 
 
+def counted_episodes(root: str) -> list[dict[str, Any]]:
+    """The rows of ``meta/episodes`` that ``info.json`` counts (an episode not counted there is not complete), in order."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    total = int(read_json(os.path.join(root, "meta", "info.json"))["total_episodes"])
+    rows = [r for p in sorted(glob.glob(os.path.join(root, "meta", "episodes", "*", "*.parquet"))) for r in pq.read_table(p).to_pylist()]
+    rows.sort(key=lambda r: r["episode_index"])
+    return [r for r in rows if r["episode_index"] < total]
+
+
 def _png_column(frames: Sequence[np.ndarray]) -> Any:
     """A LeRobot ``image`` column: the struct Hugging Face datasets' ``Image`` reads, one PNG per frame."""
     import pyarrow as pa
@@ -181,9 +194,7 @@ class LeRobotDatasetFiles:
         ``meta/stats.json`` is written just before ``info.json`` counts an episode; a run killed between
         the two leaves it one episode ahead, and reopening the dataset makes it agree again.
         """
-        from .reader import read_episodes
-
-        for row in read_episodes(self.root):
+        for row in counted_episodes(self.root):
             ep: dict[str, dict[str, np.ndarray]] = {}
             for column, value in row.items():
                 if column.startswith("stats/") and value is not None:

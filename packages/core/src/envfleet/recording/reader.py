@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .lerobot import DATA_PATH, ENVFLEET_META, VIDEO_PATH, decode_png, read_json, video_key
+from .lerobot import DATA_PATH, ENVFLEET_META, VIDEO_PATH, counted_episodes, decode_png, read_json, video_key
 
 __all__ = ["find_datasets", "read_info", "read_episodes", "read_frames", "episode_video"]
 
@@ -30,12 +30,7 @@ def read_info(root: str) -> dict[str, Any]:
 
 def read_episodes(root: str) -> list[dict[str, Any]]:
     """The rows of ``meta/episodes``, counted by ``info.json`` (an episode not counted there is not complete)."""
-    import pyarrow.parquet as pq
-
-    total = int(read_json(os.path.join(root, "meta", "info.json"))["total_episodes"])
-    rows = [r for p in sorted(glob.glob(os.path.join(root, "meta", "episodes", "*", "*.parquet"))) for r in pq.read_table(p).to_pylist()]
-    rows.sort(key=lambda r: r["episode_index"])
-    return [r for r in rows if r["episode_index"] < total]
+    return counted_episodes(root)
 
 
 def episode_video(root: str, row: dict[str, Any], camera: str) -> str:

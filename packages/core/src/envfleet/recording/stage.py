@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..substeps import substep_spec
 from .checks import MARKER, cameras, check_record_config, check_record_dir, dataset_root, is_envfleet_dataset, require_record_deps
 from .lerobot import Episode, LeRobotDatasetFiles, video_key
 from .options import RecordConfig, RecordFrames, RecordImages, RecordKeep
-from .substeps import substep_spec
 from .writer import DatasetWriter, RecordingError
 
 __all__ = [

@@ -36,7 +36,7 @@ from ..env import ChunkStepResult, EnvContext, ResetResult
 from ..errors import ClosedEnvironmentError, ConfigError, SimulatorStoppedError
 from ..options import Mode
 from ..plugins import BackendSpec, get_backend
-from ..recording.substeps import split_substeps
+from ..substeps import split_substeps
 from ..validation import StateTable, as_env_ids, check_actions, check_reset_ids
 from .calls import ManagerStats, ShardCalls, replay_reset
 from .handle import RestartBudget, ShardHandle, ShardSet

@@ -18,7 +18,7 @@ import numpy as np
 
 from envfleet.batched_env import BatchedEnv
 from envfleet.env import ArraySpec, ChunkStepResult, EnvContext, ObservationSpec, ResetResult
-from envfleet.recording.substeps import substep_spec
+from envfleet.substeps import substep_spec
 from envfleet.validation import StateTable, as_env_ids, check_actions, check_reset_ids
 
 from .plugin import DEFAULT_MAX_EPISODE_STEPS, observation_spec
@@ -70,7 +70,7 @@ class ToyEnv(BatchedEnv):
         self.init_episodes(cfg, ctx, cfg.max_episode_steps or DEFAULT_MAX_EPISODE_STEPS)
         self.pos = np.zeros((self.num_envs, 2))
         self.goal = np.zeros((self.num_envs, 2))
-        # train.record.frames: step: every sub-step's observation too (envfleet.recording.substeps).
+        # train.record.frames: step: every sub-step's observation too (envfleet.substeps).
         self.init_observations({**self._spec, **substep_spec(cfg, self._spec, ctx.num_action_chunks)})
         self._chunks = 0
         # The background and goal stamp are drawn once; a render is two slice writes.
