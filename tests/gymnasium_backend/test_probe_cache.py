@@ -7,9 +7,9 @@ import json
 import os
 
 import pytest
-from envfleet_gymnasium import probe as probing
 
 from envfleet.config import load_config
+from envfleet_gymnasium import probe as probing
 
 from .common import gym_train
 

@@ -56,14 +56,14 @@ def prepare_id(env_id: str) -> str:
     :raises CaseError: ``module`` when that module does not import.
     """
     gymnasium = _gymnasium()
-    module, sep, name = env_id.partition(":")
+    module, sep, _ = env_id.partition(":")
     if sep:
         try:
             importlib.import_module(module)
         except Exception as exc:
             raise CaseError("module", f"module {module!r} (of id {env_id!r}) does not import: {type(exc).__name__}: {exc}") from exc
         return env_id
-    namespace = name.split("/", 1)[0] if "/" in name else None
+    namespace = env_id.split("/", 1)[0] if "/" in env_id else None
     if namespace and not any(spec.namespace == namespace for spec in gymnasium.envs.registry.values()):
         try:
             importlib.import_module(namespace)
