@@ -6,8 +6,8 @@ not recording, one with ``train.record.frames: chunk``, one with ``frames: step`
 A, B, C, ...) so that a slow spell of the machine falls on all three; episodes of 40 sub-steps end and are
 written while the next run, so the writer thread's encoding and statistics are inside the figures. Per step,
 the recorded envs render every sub-step: the reference for that is LIBERO's own step loop rendering every
-sub-step (bench/plain_libero.py, RENDER=all), two plain processes side by side (the fair limit for 2 envs on
-this machine), run after the managers are closed, in the same run.
+sub-step (bench/plain_libero.py, RENDER=all: LIBERO's own step loop), two plain processes side by side (the
+fair limit for 2 envs on this machine), taken in the same turns as a fourth variant.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def _episodes(mgr, rng: np.random.Generator) -> tuple[int, float]:
     return steps, t
 
 
-def _plain_libero_all(envs: int) -> float:
-    """Env steps/s of ``envs`` plain LIBERO loops side by side, every sub-step rendered (the same sub-steps as a round)."""
+def _start_plain(envs: int) -> list[subprocess.Popen[str]]:
+    """``envs`` plain LIBERO loops rendering every sub-step, built and warmed up."""
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plain_libero.py")
     procs = [
         subprocess.Popen(
@@ -55,25 +55,31 @@ def _plain_libero_all(envs: int) -> float:
         )
         for i in range(envs)
     ]
-    try:
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready", "a plain LIBERO loop did not start"
+    return procs
+
+
+def _plain_episodes(procs: list[subprocess.Popen[str]]) -> tuple[int, float]:
+    """The plain loops step as many chunks as one call of :func:`_episodes` does; (env steps, seconds)."""
+    seconds, chunks = 0.0, _EPISODES * (_HORIZON // _CHUNK)
+    for _ in range(chunks):
         for p in procs:
-            assert p.stdout is not None and p.stdout.readline().strip() == "ready", "a plain LIBERO loop did not start"
-        seconds, chunks = 0.0, _ROUNDS * _EPISODES * (_HORIZON // _CHUNK)
-        for _ in range(chunks):
-            for p in procs:
-                assert p.stdin is not None
-                p.stdin.write("chunk\n")
-                p.stdin.flush()
-            marks = [json.loads(p.stdout.readline()) for p in procs if p.stdout is not None]
-            seconds += max(m["t_end"] for m in marks) - min(m["t_start"] for m in marks)
-        return envs * chunks * _CHUNK / seconds
-    finally:
-        for p in procs:
-            if p.stdin is not None:
-                p.stdin.write("quit\n")
-                p.stdin.close()
-        for p in procs:
-            p.wait(timeout=120)
+            assert p.stdin is not None
+            p.stdin.write("chunk\n")
+            p.stdin.flush()
+        marks = [json.loads(p.stdout.readline()) for p in procs if p.stdout is not None]
+        seconds += max(m["t_end"] for m in marks) - min(m["t_start"] for m in marks)
+    return len(procs) * chunks * _CHUNK, seconds
+
+
+def _stop_plain(procs: list[subprocess.Popen[str]]) -> None:
+    for p in procs:
+        if p.stdin is not None and not p.stdin.closed:
+            p.stdin.write("quit\n")
+            p.stdin.close()
+    for p in procs:
+        p.wait(timeout=120)
 
 
 def run() -> None:
@@ -93,27 +99,33 @@ def run() -> None:
     for frames in ("chunk", "step"):
         data["train"]["record"] = {"format": "lerobot", "dir": os.path.join(where, frames), "frames": frames}
         cfgs[frames] = load_config(data=data)
-    totals = {k: [0, 0.0] for k in _VARIANTS}
+    totals = {k: [0, 0.0] for k in (*_VARIANTS, "plain")}
     done, sizes = {}, {}
+    plain_procs: list[subprocess.Popen[str]] = []
     try:
         with ProcessEnvManager(cfgs["off"]) as off, ProcessEnvManager(cfgs["chunk"]) as chunk, ProcessEnvManager(cfgs["step"]) as step:
             mgrs = {"off": off, "chunk": chunk, "step": step}
             rng = np.random.default_rng(0)
             for mgr in mgrs.values():
                 _episodes(mgr, rng)  # warm-up: scenes built, first encodes done
+            plain_procs = _start_plain(2)
             for _ in range(_ROUNDS):
                 for name, mgr in mgrs.items():
                     steps, seconds = _episodes(mgr, rng)
                     totals[name][0] += steps
                     totals[name][1] += seconds
+                steps, seconds = _plain_episodes(plain_procs)
+                totals["plain"][0] += steps
+                totals["plain"][1] += seconds
             for frames in ("chunk", "step"):
                 done[frames] = mgrs[frames].flush_dataset()
                 root = os.path.join(where, frames)
                 sizes[frames] = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
-        plain = _plain_libero_all(2)
     finally:
+        _stop_plain(plain_procs)
         shutil.rmtree(where, ignore_errors=True)
     rate = {k: v[0] / v[1] for k, v in totals.items()}
+    plain = rate["plain"]
     case = f"LIBERO libero_spatial, 2 envs, {_HW}x{_HW}, 2 cameras, chunk {_CHUNK}"
     rows = [
         {
@@ -137,8 +149,8 @@ def run() -> None:
         }
     )
     notes = [
-        f"{_ROUNDS} rounds of {_EPISODES} episodes of {_HORIZON} sub-steps per env, the three managers in turns, render: last; "
-        "the plain loops after them, the same number of sub-steps",
+        f"{_ROUNDS} rounds of {_EPISODES} episodes of {_HORIZON} sub-steps per env, the three managers and the plain loops "
+        "in turns, render: last",
         f"frames: step reaches {rate['step'] / plain * 100:.0f}% of LIBERO's own loop rendering every sub-step "
         "(the recorded envs render every sub-step; the others keep render: last)",
         f"writer queue full: chunk {done['chunk']['queue_full']} times, step {done['step']['queue_full']} times "
