@@ -1,4 +1,4 @@
-"""nox sessions: tests, tests-core, tests-verl, tests-verl-vla, tests-torchrl, tests-isaac, tests-metaworld, tests-maniskill, tests-lerobot, gpu-check, lint, typecheck, demo, bench, chaos, docs.
+"""nox sessions: tests, tests-core, tests-verl, tests-verl-vla, tests-torchrl, tests-isaac, tests-metaworld, tests-maniskill, tests-gymnasium, tests-lerobot, gpu-check, lint, typecheck, demo, bench, chaos, docs.
 
 Every session installs from the pinned files in requirements/, so a fresh machine
 gets the same versions. System packages (EGL/OSMesa for rendering) come from
@@ -30,6 +30,7 @@ nox.options.sessions = [
     "tests-isaac",
     "tests-metaworld",
     "tests-maniskill",
+    "tests-gymnasium",
     "tests-lerobot",
     "gpu-check",
     "docs",
@@ -141,7 +142,7 @@ PY312_INSTALLS = {
     ],
     "tests-lerobot": [
         ["--no-deps", "-r", LEROBOT_LOCK],
-        ["--no-deps", *_editable("packages/core", "tests/plugins/envfleet-toy", "packages/lerobot-env-envfleet")],
+        ["--no-deps", *_editable("packages/core", "tests/plugins/envfleet-toy", "packages/lerobot-env-envfleet", "packages/backend-gymnasium")],
     ],
 }
 
@@ -388,6 +389,34 @@ def tests_metaworld(session: nox.Session) -> None:
     session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *_spread(session), *args, env=env, external=True)
 
 
+#: LeRobot's gymnasium envs, each in a venv of its own (.nox/gymnasium-<case>), built from its lock.
+GYMNASIUM_CASES = {"pusht": "requirements/gymnasium-pusht-py311.txt", "aloha": "requirements/gymnasium-aloha-py311.txt"}
+
+
+def _gymnasium_case_venvs(session: nox.Session, python: str) -> dict[str, str]:
+    """The Pythons of PushT's and ALOHA's venvs, built the way a user builds them (`envfleet venv gymnasium --lock`):
+    with ``python``'s envfleet and envfleet-gymnasium, at once when they are built already."""
+    out = {}
+    for case, lock in GYMNASIUM_CASES.items():
+        sim = os.path.join(os.getcwd(), ".nox", f"gymnasium-{case}")
+        envfleet = os.path.join(os.path.dirname(python), "envfleet")
+        session.run(envfleet, "venv", "gymnasium", "--dir", sim, "--lock", lock, "--python", python, external=True)
+        out[case] = os.path.join(sim, "bin", "python")
+    return out
+
+
+@nox.session(name="tests-gymnasium", venv_backend="none")
+def tests_gymnasium(session: nox.Session) -> None:
+    """LeRobot's PushT (gym-pusht 0.1.8) and ALOHA (gym-aloha 0.1.5, which pins MuJoCo 3.8.1) through the gymnasium
+    backend, each in a venv of its own, driven from a worker in the tests session's venv (MuJoCo 3.17). The backend's
+    tests on gymnasium's own classic envs run in the tests session."""
+    python = _shared_venv(session, "tests", MAIN_LOCK)
+    sims = _gymnasium_case_venvs(session, python)
+    env = {**RENDER_ENV, **_venv_env(python), "ENVFLEET_PUSHT_PYTHON": sims["pusht"], "ENVFLEET_ALOHA_PYTHON": sims["aloha"]}
+    args = session.posargs or ["tests/gymnasium_backend/test_pusht.py", "tests/gymnasium_backend/test_aloha.py"]
+    session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *_spread(session), *args, env=env, external=True)
+
+
 @nox.session(name="tests-maniskill", venv_backend="none")
 def tests_maniskill(session: nox.Session) -> None:
     """ManiSkill3 on the CPU sim, rendering with Vulkan on the lavapipe that scripts/bootstrap unpacks.
@@ -412,9 +441,11 @@ def tests_lerobot(session: nox.Session) -> None:
     _install_py312(session)
     # The LIBERO rollout whose dataset LeRobot loads runs in the tests session's venv (LIBERO, Ray).
     main_python = _shared_venv(session, "tests", "requirements/py311.txt")
+    # LeRobot's PushT and ALOHA, whose datasets and envs it reaches too, in their venvs (as tests-gymnasium builds them).
+    sims = _gymnasium_case_venvs(session, main_python)
     args = session.posargs or ["tests/lerobot"]
     # HF_HUB_OFFLINE: nothing here may reach the hub; a test that tried would fail, not hang.
-    env = {"HF_HUB_OFFLINE": "1", "ENVFLEET_MAIN_PYTHON": main_python}
+    env = {"HF_HUB_OFFLINE": "1", "ENVFLEET_MAIN_PYTHON": main_python, "ENVFLEET_PUSHT_PYTHON": sims["pusht"], "ENVFLEET_ALOHA_PYTHON": sims["aloha"]}
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=env)
 
 
