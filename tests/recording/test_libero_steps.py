@@ -3,7 +3,8 @@
 Two envs of libero_spatial task 0 (trials 0 and 1), 64x64, chunks of 8, episodes of 16 sub-steps, the arm
 moving (directed actions). LIBERO alone, with the protocol of tests/libero/reference.py, steps the same
 actions one ``env.step`` at a time, rendering every one: each frame's state, action and both cameras must
-equal it, bit for bit (the video is libx264rgb at crf 0, lossless, so the codec's error bound is 0).
+equal it, bit for bit, stored as video (libx264rgb at crf 0, lossless: the codec's error bound is 0) and
+as LeRobot's image features (a PNG per frame).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from envfleet import ProcessEnvManager
 from envfleet.config import load_config
@@ -40,7 +42,8 @@ def plain_libero(trial: int, actions: np.ndarray) -> list[dict[str, np.ndarray]]
         env.close()
 
 
-def test_libero_per_step_frames_equal_libero_stepping_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("images", ["video", "image"])
+def test_libero_per_step_frames_equal_libero_stepping_alone(tmp_path: Path, images: str) -> None:
     train = {
         "simulator_type": "libero",
         "task_suite_name": "libero_spatial",
@@ -50,7 +53,7 @@ def test_libero_per_step_frames_equal_libero_stepping_alone(tmp_path: Path) -> N
         "render": "last",
         "max_episode_steps": STEPS,
         "init_params": {"camera_heights": SIZE, "camera_widths": SIZE, "camera_names": CAMERAS},
-        "record": {"format": "lerobot", "dir": str(tmp_path / "rec"), "frames": "step"},
+        "record": {"format": "lerobot", "dir": str(tmp_path / "rec"), "frames": "step", "images": images},
     }
     cfg = load_config(data={"train": train, "actor": {"model": {"num_action_chunks": CHUNK, "action_dim": 7}}})
     actions = np.stack([directed_actions(seed, STEPS // CHUNK, CHUNK) for seed in (1, 2)], axis=1)  # [chunks, env, chunk, 7]
@@ -63,6 +66,7 @@ def test_libero_per_step_frames_equal_libero_stepping_alone(tmp_path: Path) -> N
     assert done is not None and done["episodes"] == 2 and done["frames"] == 2 * STEPS
     info = read_info(done["root"])
     assert info["fps"] == 20 and info["features"]["action"]["shape"] == [7]
+    assert info["features"]["observation.images.full_image"]["dtype"] == images
     for row in read_episodes(done["root"]):
         trial = int(row["envfleet/state_id"])
         ours = read_frames(done["root"], row)
