@@ -237,3 +237,12 @@ def test_images_stored_as_images_round_trip_bit_for_bit(tmp_path: Path) -> None:
         np.testing.assert_array_equal(frames["observation.images.wrist_image"][0], seen[0][i])
     stats = json.loads(Path(root, "meta", "stats.json").read_text())
     assert np.asarray(stats["observation.images.full_image"]["mean"]).shape == (3, 1, 1)
+
+
+def test_first_ready_stepping_with_per_step_recording_hands_out_no_sub_steps(tmp_path: Path) -> None:
+    """The sub-step observations stay in shared memory: a first-ready chunk has the backend's keys only."""
+    with ProcessEnvManager(cfg(str(tmp_path / "rec"), "train.record.frames=step")) as mgr:
+        mgr.reset_envs_to_state_ids(np.array([0, 1]))
+        mgr.send_chunk(np.arange(N), np.zeros((N, CHUNK, DIM), np.float32))
+        got = mgr.recv_chunk(N)
+        assert sorted(got.obs) == sorted(mgr.obs_spec) and not any(k.startswith("substep/") for k in got.obs)

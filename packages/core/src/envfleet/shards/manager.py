@@ -111,7 +111,7 @@ class ProcessEnvManager:
         self.step_timeout_s = self._calls.step_timeout_s
         self.start_timeout_s = self._calls.start_timeout_s
         self.reset_timeout_s = self._calls.reset_timeout_s
-        self._ready = FirstReady(self._calls, self._replies, self._layout_spec, self.action_dim, self.num_action_chunks)
+        self._ready = FirstReady(self._calls, self._replies, self.obs_spec, self.action_dim, self.num_action_chunks)
         self._recorder: Any = None
         if self.env_cfg.video_cfg.save_video:
             from ..video import VideoRecorder
