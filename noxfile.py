@@ -545,6 +545,8 @@ def docs(session: nox.Session) -> None:
         "-e",
         "packages/backend-maniskill",
         "-e",
+        "packages/backend-gymnasium",
+        "-e",
         "tests/plugins/envfleet-toy",
     )
     session.run("mkdocs", "build", "--strict", "--site-dir", os.path.join(session.cache_dir, "site"), env={"NO_MKDOCS_2_WARNING": "1"})

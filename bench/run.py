@@ -17,7 +17,9 @@ gymnasium and TorchRL faces against the EnvWorker and against AsyncVectorEnv / P
 venv of `nox -s tests-verl`, which has torchrl, when the bench venv has not), async (first-ready stepping against
 lockstep: the toy with heavy-tailed step costs, LIBERO with frequent auto-resets, TorchRL's AsyncEnvPool),
 remote (`envfleet serve` over loopback and TLS against the in-process manager, and LIBERO over it against the
-in-process worker), record (a LIBERO stage with and without train.record, in turns). Each prints a table and
+in-process worker), record (a LIBERO stage with and without train.record, in turns), gymnasium (LeRobot's PushT and
+ALOHA through the gymnasium backend against AsyncVectorEnv, in the venvs of `nox -s tests-gymnasium`, and the
+backend's own cost). Each prints a table and
 writes
 docs/benchmarks/<section>.md, included by docs/benchmarks.md.
 """
@@ -45,6 +47,7 @@ SECTIONS = (
     "async",
     "remote",
     "record",
+    "gymnasium",
 )
 
 # The sections and the modules they share (common, configs) are imported from bench/.

@@ -20,6 +20,7 @@ SCHEMAS = {
     "isaac": ("envfleet_isaac.plugin", ["IsaacConfig"]),
     "metaworld": ("envfleet_metaworld.plugin", ["MetaworldConfig"]),
     "maniskill": ("envfleet_maniskill.plugin", ["ManiskillConfig"]),
+    "gymnasium": ("envfleet_gymnasium.case", ["GymnasiumConfig"]),
     "toy": ("envfleet_toy.plugin", ["ToyConfig"]),
 }
 PREFIX = {
@@ -34,6 +35,7 @@ PREFIX = {
     "IsaacConfig": "train.isaac.",
     "MetaworldConfig": "train.metaworld.",
     "ManiskillConfig": "train.maniskill.",
+    "GymnasiumConfig": "train.gymnasium.",
     "ToyConfig": "train.toy.",
 }
 
