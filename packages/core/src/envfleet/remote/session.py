@@ -335,6 +335,7 @@ class Session:
         try:
             manager = self.server.manager_factory(self.server.cfg, stage_id=stage_id, rank=rank, mode=mode)
         except BaseException:
+            self.key = None
             self.server.release(key, self)
             raise
         with self.server.lock:
