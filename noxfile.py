@@ -142,7 +142,10 @@ PY312_INSTALLS = {
     ],
     "tests-lerobot": [
         ["--no-deps", "-r", LEROBOT_LOCK],
-        ["--no-deps", *_editable("packages/core", "tests/plugins/envfleet-toy", "packages/lerobot-env-envfleet", "packages/backend-gymnasium")],
+        [
+            "--no-deps",
+            *_editable("packages/core", "tests/plugins/envfleet-toy", "packages/lerobot-env-envfleet", "packages/backend-gymnasium"),
+        ],
     ],
 }
 
@@ -445,7 +448,12 @@ def tests_lerobot(session: nox.Session) -> None:
     sims = _gymnasium_case_venvs(session, main_python)
     args = session.posargs or ["tests/lerobot"]
     # HF_HUB_OFFLINE: nothing here may reach the hub; a test that tried would fail, not hang.
-    env = {"HF_HUB_OFFLINE": "1", "ENVFLEET_MAIN_PYTHON": main_python, "ENVFLEET_PUSHT_PYTHON": sims["pusht"], "ENVFLEET_ALOHA_PYTHON": sims["aloha"]}
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "ENVFLEET_MAIN_PYTHON": main_python,
+        "ENVFLEET_PUSHT_PYTHON": sims["pusht"],
+        "ENVFLEET_ALOHA_PYTHON": sims["aloha"],
+    }
     session.run("python", "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=env)
 
 

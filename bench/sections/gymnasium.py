@@ -171,7 +171,9 @@ def run() -> None:
 
     cases = [c for c in ("pusht", "aloha") if sim_python(c) is not None]
     if len(cases) < 2:
-        print("gymnasium: no PushT or ALOHA venv (run `nox -s tests-gymnasium` first, or set ENVFLEET_PUSHT_PYTHON / ENVFLEET_ALOHA_PYTHON)")
+        print(
+            "gymnasium: no PushT or ALOHA venv (run `nox -s tests-gymnasium` first, or set ENVFLEET_PUSHT_PYTHON / ENVFLEET_ALOHA_PYTHON)"
+        )
     # The cases alternate, round after round, so that a slow spell of the shared machine hits all of them.
     for _ in range(ROUNDS):
         for case in cases:
@@ -198,19 +200,27 @@ def run() -> None:
             rows.append({"what": label, "sub-steps/s": med[key], "ms per chunk of 4x8": NUM_ENVS * CHUNK / med[key] * 1e3})
     if "pusht/envfleet" in med:
         ratio = med["pusht/envfleet"] / med["pusht/async"]
-        notes.append(f"PushT: envfleet / AsyncVectorEnv as LeRobot runs it: {ratio:.2f}x (target >= 1.5x: {'met' if ratio >= 1.5 else 'not met'}); "
-                     f"envfleet / AsyncVectorEnv rendering once per chunk too: {med['pusht/envfleet'] / med['pusht/async-render']:.2f}x.")
+        notes.append(
+            f"PushT: envfleet / AsyncVectorEnv as LeRobot runs it: {ratio:.2f}x (target >= 1.5x: {'met' if ratio >= 1.5 else 'not met'}); "
+            f"envfleet / AsyncVectorEnv rendering once per chunk too: {med['pusht/envfleet'] / med['pusht/async-render']:.2f}x."
+        )
     if "aloha/envfleet" in med:
         ratio = med["aloha/envfleet"] / med["aloha/async"]
-        notes.append(f"ALOHA: envfleet / AsyncVectorEnv: {ratio:.2f}x (target: not slower, >= 1.0x: {'met' if ratio >= 1.0 else 'not met'}); "
-                     "its camera is in its observation, so render last has nothing to skip.")
+        notes.append(
+            f"ALOHA: envfleet / AsyncVectorEnv: {ratio:.2f}x (target: not slower, >= 1.0x: {'met' if ratio >= 1.0 else 'not met'}); "
+            "its camera is in its observation, so render last has nothing to skip."
+        )
     zero_ms = NUM_ENVS * CHUNK / med["zero/envfleet"] * 1e3
     toy_ms = NUM_ENVS * CHUNK / med["zero/toy"] * 1e3
-    notes.append(f"The backend's own cost: a chunk of {CHUNK} on {NUM_ENVS} zero-cost gymnasium envs takes {zero_ms:.2f} ms against "
-                 f"{toy_ms:.2f} ms for the frozen toy ({zero_ms - toy_ms:+.2f} ms: gymnasium's step and render calls, {CHUNK} per env).")
-    notes.append(f"{NUM_ENVS} envs, one per process, chunks of {CHUNK} random actions, seeds {SEEDS}; PushT {CHUNKS['pusht'][0]}, "
-                 f"ALOHA {CHUNKS['aloha'][0]}, zero-cost {CHUNKS['zero'][0]} chunks timed after a warm-up; each figure the median of "
-                 f"{ROUNDS} rounds in which the cases alternate; the runs: {json.dumps({k: [round(x, 1) for x in v] for k, v in runs.items()})}.")
+    notes.append(
+        f"The backend's own cost: a chunk of {CHUNK} on {NUM_ENVS} zero-cost gymnasium envs takes {zero_ms:.2f} ms against "
+        f"{toy_ms:.2f} ms for the frozen toy ({zero_ms - toy_ms:+.2f} ms: gymnasium's step and render calls, {CHUNK} per env)."
+    )
+    notes.append(
+        f"{NUM_ENVS} envs, one per process, chunks of {CHUNK} random actions, seeds {SEEDS}; PushT {CHUNKS['pusht'][0]}, "
+        f"ALOHA {CHUNKS['aloha'][0]}, zero-cost {CHUNKS['zero'][0]} chunks timed after a warm-up; each figure the median of "
+        f"{ROUNDS} rounds in which the cases alternate; the runs: {json.dumps({k: [round(x, 1) for x in v] for k, v in runs.items()})}."
+    )
     notes.append("TorchRL's ParallelEnv(GymEnv) is not measured: TorchRL needs torch, which PushT's and ALOHA's venvs do not hold.")
     write("gymnasium", rows, notes)
 
