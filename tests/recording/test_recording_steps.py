@@ -246,3 +246,16 @@ def test_first_ready_stepping_with_per_step_recording_hands_out_no_sub_steps(tmp
         mgr.send_chunk(np.arange(N), np.zeros((N, CHUNK, DIM), np.float32))
         got = mgr.recv_chunk(N)
         assert sorted(got.obs) == sorted(mgr.obs_spec) and not any(k.startswith("substep/") for k in got.obs)
+
+
+def test_the_fingerprint_says_what_recording_renders(tmp_path: Path) -> None:
+    from envfleet.fingerprint import protocol
+    from envfleet.plugins import get_backend
+
+    toy = get_backend("toy")
+    step = cfg(str(tmp_path / "a"), "train.record.frames=step").train
+    chunk = cfg(str(tmp_path / "b")).train
+    plain = cfg(None).train
+    assert protocol(step, toy, {})["recording"] == {"frames": "step", "renders": "every sub-step"}
+    assert protocol(chunk, toy, {})["recording"] == {"frames": "chunk", "renders": "last"}
+    assert "recording" not in protocol(plain, toy, {})  # a run that records nothing keeps its fingerprint
