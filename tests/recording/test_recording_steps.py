@@ -259,3 +259,17 @@ def test_the_fingerprint_says_what_recording_renders(tmp_path: Path) -> None:
     assert protocol(step, toy, {})["recording"] == {"frames": "step", "renders": "every sub-step"}
     assert protocol(chunk, toy, {})["recording"] == {"frames": "chunk", "renders": "last"}
     assert "recording" not in protocol(plain, toy, {})  # a run that records nothing keeps its fingerprint
+
+
+def test_a_dataset_recorded_per_chunk_is_not_appended_to_per_step(tmp_path: Path) -> None:
+    """Same feature names, another action shape and fps: refused before any process starts, naming both."""
+    with ProcessEnvManager(cfg(str(tmp_path / "rec"))) as mgr:
+        mgr.reset_envs_to_state_ids(np.array([0, 1]))
+        for _ in range(3):
+            mgr.chunk_step(np.zeros((N, CHUNK, DIM), np.float32))
+        assert mgr.flush_dataset()["episodes"] == 2
+    with pytest.raises(ConfigError, match=r"holds a dataset at 10 fps; this run records 5 fps"):
+        ProcessEnvManager(cfg(str(tmp_path / "rec"), "train.record.fps=5"))
+    with pytest.raises(ConfigError, match=r"holds a dataset whose 'action' is .*\[28\].*this run records it as .*\[7\]"):
+        ProcessEnvManager(cfg(str(tmp_path / "rec"), "train.record.frames=step"))
+    assert len(read_episodes(str(tmp_path / "rec" / "train" / "rank_0_stage_0"))) == 2  # untouched

@@ -40,6 +40,8 @@ __all__ = [
     "encode_png",
     "decode_png",
     "counted_episodes",
+    "with_index_features",
+    "append_refusal",
 ]
 
 CODEBASE_VERSION = "v3.0"
@@ -127,6 +129,33 @@ def counted_episodes(root: str) -> list[dict[str, Any]]:
     return [r for r in rows if r["episode_index"] < total]
 
 
+def with_index_features(features: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``features`` with the columns every LeRobot dataset has: ``timestamp`` and the indices."""
+    out = {**features, "timestamp": {"dtype": "float32", "shape": [1], "names": None}}
+    for name, dtype in _INDEX_FEATURES.items():
+        out[name] = {"dtype": dtype, "shape": [1], "names": None}
+    return out
+
+
+def append_refusal(root: str, features: Mapping[str, dict[str, Any]], fps: int) -> str | None:
+    """Why episodes of ``features`` at ``fps`` cannot be appended to the dataset at ``root`` (None: they can,
+    or there is none). ``features`` with the index columns (:func:`with_index_features`)."""
+    path = os.path.join(root, "meta", "info.json")
+    if not os.path.exists(path):
+        return None
+    info = read_json(path)
+    there = info.get("features", {})
+    fix = "choose another train.record.dir, or record as that dataset was recorded"
+    if int(info.get("fps", -1)) != int(fps):
+        return f"{root} holds a dataset at {info.get('fps')} fps; this run records {fps} fps: {fix}"
+    if sorted(there) != sorted(features):
+        return f"{root} holds a dataset with the features {sorted(there)}; this run records {sorted(features)}: {fix}"
+    for key, feat in features.items():
+        if there[key] != feat:
+            return f"{root} holds a dataset whose {key!r} is {there[key]}; this run records it as {feat}: {fix}"
+    return None
+
+
 def _png_column(frames: Sequence[np.ndarray]) -> Any:
     """A LeRobot ``image`` column: the struct Hugging Face datasets' ``Image`` reads, one PNG per frame."""
     import pyarrow as pa
@@ -154,9 +183,7 @@ class LeRobotDatasetFiles:
     def __init__(self, root: str, features: Mapping[str, dict[str, Any]], fps: int, envfleet_meta: Mapping[str, Any]) -> None:
         self.root = root
         self.fps = int(fps)
-        self.features = {**features, "timestamp": {"dtype": "float32", "shape": [1], "names": None}}
-        for name, dtype in _INDEX_FEATURES.items():
-            self.features[name] = {"dtype": dtype, "shape": [1], "names": None}
+        self.features = with_index_features(features)
         self.tasks: dict[str, int] = {}
         self.total_episodes = 0
         self.total_frames = 0
@@ -174,11 +201,9 @@ class LeRobotDatasetFiles:
         import pyarrow.parquet as pq
 
         info = read_json(info_path)
-        if info.get("features") != self.features:
-            raise ValueError(
-                f"{self.root} holds a dataset with other features ({sorted(info.get('features', {}))}); "
-                f"this run records {sorted(self.features)}: choose another train.record.dir"
-            )
+        why = append_refusal(self.root, self.features, self.fps)
+        if why is not None:
+            raise ValueError(why)
         self.total_episodes, self.total_frames = int(info["total_episodes"]), int(info["total_frames"])
         tasks_path = os.path.join(self.root, "meta", "tasks.parquet")
         if os.path.exists(tasks_path):

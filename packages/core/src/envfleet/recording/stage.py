@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..substeps import substep_spec
 from .checks import MARKER, cameras, check_record_config, check_record_dir, dataset_root, is_envfleet_dataset, require_record_deps
-from .lerobot import Episode, LeRobotDatasetFiles, video_key
+from .lerobot import Episode, LeRobotDatasetFiles, append_refusal, video_key, with_index_features
 from .options import RecordConfig, RecordFrames, RecordImages, RecordKeep
 from .writer import DatasetWriter, RecordingError
 
@@ -94,6 +94,10 @@ class StageRecorder:
             self.substep_spec = substep_spec(section, obs_spec, chunk)
         self.n: int | None = None
         self.chunk, self.action_dim, self.task_of = chunk, int(action_dim), task_of
+        if chunk is not None:  # a dataset this run cannot append to is refused now, not at its first episode
+            why = append_refusal(self.root, with_index_features(self._features()), self.fps)
+            if why is not None:
+                raise ConfigError(why)
         self.base = {
             "seed": int(section.seed),
             "stage": int(stage),
