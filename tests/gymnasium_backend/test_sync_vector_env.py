@@ -34,11 +34,11 @@ def _frames(envs: SyncVectorEnv) -> np.ndarray:
     return np.stack(envs.call("render"))
 
 
-@pytest.mark.parametrize("chunk", [1, 8], ids=["every-step", "chunks-of-8"])
-def test_pendulum_rendering_matches_sync_vector_env(chunk: int, no_leaks: None) -> None:
+@pytest.mark.parametrize("chunk,per_process", [(1, 1), (8, 1), (8, 3)], ids=["every-step", "chunks-of-8", "chunks-of-8-one-process"])
+def test_pendulum_rendering_matches_sync_vector_env(chunk: int, per_process: int, no_leaks: None) -> None:
     n = len(STATE_IDS)
     ref = sync_env("Pendulum-v1", n, render_mode="rgb_array")
-    cfg = gym_cfg("Pendulum-v1", chunk=chunk, num_envs=n, render="rgb_array", seeds=SEEDS)
+    cfg = gym_cfg("Pendulum-v1", chunk=chunk, num_envs=n, render="rgb_array", seeds=SEEDS, envs_per_process=per_process)
     actions = box_actions(0, n, STEPS, 1, scale=2.0)
     try:
         with ProcessEnvManager(cfg) as mgr:
@@ -81,6 +81,28 @@ def test_images_in_the_observation_match_sync_vector_env(chunk: int, no_leaks: N
                 for key in ("state", "pixels"):
                     assert mine.obs[key].dtype == obs[key].dtype
                     np.testing.assert_array_equal(mine.obs[key], obs[key], err_msg=f"{key} after chunk {c}")
+    finally:
+        ref.close()
+
+
+def test_a_discrete_observation_matches_sync_vector_env(no_leaks: None) -> None:
+    """FrozenLake: a Discrete observation (one int64 per env) and a Discrete action space, two envs in one process."""
+    n = 2
+    ref = sync_env("FrozenLake-v1", n)
+    cfg = gym_cfg("FrozenLake-v1", chunk=1, num_envs=n, seeds=SEEDS, envs_per_process=2)
+    moves = np.random.default_rng(3).integers(0, 4, (n, 12))
+    try:
+        with ProcessEnvManager(cfg) as mgr:
+            assert mgr.obs_spec["state"].shape == () and mgr.obs_spec["state"].dtype == "int64"
+            first = mgr.reset_envs_to_state_ids(np.array([0, 1]))
+            obs, _ = ref.reset(seed=SEEDS[:2])
+            np.testing.assert_array_equal(first.obs["state"], obs)
+            live = np.ones(n, dtype=bool)
+            for t in range(moves.shape[1]):
+                mine = mgr.chunk_step(moves[:, t].astype(np.float32).reshape(n, 1, 1))
+                obs, _, term, trunc, _ = ref.step(moves[:, t])
+                np.testing.assert_array_equal(mine.obs["state"][live], obs[live], err_msg=f"step {t}")
+                live &= ~(term | trunc)
     finally:
         ref.close()
 
