@@ -190,8 +190,10 @@ def test_tls_with_a_self_signed_pair_and_a_wrong_ca_is_refused(tmp_path, referen
         ([], "a token is required"),
         (["--insecure", "--host", "0.0.0.0"], "only on a loopback address"),
         (["--tls-cert", "x.pem", "--insecure"], "both --tls-cert and --tls-key"),
+        (["--insecure", "--max-connections", "4", "--max-unauthenticated", "4"], "below --max-connections (4)"),
+        (["--insecure", "--lease-s", "0"], "--lease-s and --auth-timeout-s must be over 0"),
     ],
-    ids=["no-token", "insecure-off-loopback", "half-tls"],
+    ids=["no-token", "insecure-off-loopback", "half-tls", "strangers-fill-all", "no-lease"],
 )
 def test_serve_refuses_to_start_unsafely(tmp_path, args, match) -> None:
     config = tmp_path / "c.yaml"
