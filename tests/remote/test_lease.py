@@ -75,7 +75,7 @@ except RemoteStageLostError as exc:
 
 
 def test_a_client_that_steps_slowly_keeps_its_stage_through_several_leases(tmp_path, reference, no_leaks) -> None:
-    lease = 1.0
+    lease = 1.5
     served = serve(tmp_path, args=["--lease-s", str(lease)])
     try:
         with RemoteEnvManager(served.address, token=TOKEN) as mgr:
@@ -84,8 +84,8 @@ def test_a_client_that_steps_slowly_keeps_its_stage_through_several_leases(tmp_p
             ids = mgr.get_all_state_ids()
             got.append(mgr.reset_envs_to_state_ids(ids[[0, 5, 11, 29]]))
             for t in range(6):
-                if t in (1, 3, 4):  # a long policy update between calls: 2.5 leases with nothing sent by the caller
-                    time.sleep(2.5 * lease)
+                if t in (1, 3, 4):  # a long policy update between calls: 2 leases with nothing sent by the caller
+                    time.sleep(2 * lease)
                     assert _busy(served.address), f"the stage was lost during the gap before step {t}"
                 got.append(mgr.chunk_step(_actions(t)))
                 if t == 2:
