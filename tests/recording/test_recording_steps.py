@@ -273,3 +273,23 @@ def test_a_dataset_recorded_per_chunk_is_not_appended_to_per_step(tmp_path: Path
     with pytest.raises(ConfigError, match=r"holds a dataset whose 'action' is .*\[28\].*this run records it as .*\[7\]"):
         ProcessEnvManager(cfg(str(tmp_path / "rec"), "train.record.frames=step"))
     assert len(read_episodes(str(tmp_path / "rec" / "train" / "rank_0_stage_0"))) == 2  # untouched
+
+
+@pytest.mark.parametrize("frames", ["step", "chunk"])
+def test_an_episode_cut_by_a_restart_is_never_kept_as_a_success(tmp_path: Path, frames: str) -> None:
+    """The toy's shard exits inside its 13th chunk step (a crashing simulator); both envs had reached their goal
+    before (ignore_terminations keeps the episodes going): keep: all writes them marked, keep: success writes none."""
+    written = {}
+    for keep in ("all", "success"):
+        overrides = [f"train.record.frames={frames}", f"train.record.keep={keep}", "train.toy.exit_on_step=12"]
+        overrides += ["train.ignore_terminations=true", "train.max_episode_steps=100"]
+        with ProcessEnvManager(cfg(str(tmp_path / keep), *overrides)) as mgr:
+            state = mgr.reset_envs_to_state_ids(np.array([0, 1])).obs["state"]
+            for _ in range(13):  # 48 sub-steps reach any goal; the 13th chunk step is cut
+                out = mgr.chunk_step(np.repeat(toward_goal(state, np.random.default_rng(0), 0.0)[:, None], CHUNK, axis=1))
+                state = out.obs["state"]
+            assert out.infos["sim_restarted"].all()
+            written[keep] = mgr.flush_dataset()
+    rows = read_episodes(written["all"]["root"])
+    assert len(rows) == 2 and all(r["envfleet/sim_restarted"] and r["envfleet/success_once"] for r in rows)
+    assert written["success"]["episodes"] == 0 and written["success"]["not_kept"] == 2

@@ -297,11 +297,15 @@ class StageRecorder:
                 self._obs[i] = self._copy_obs(result.obs, i)
 
     def _finish(self, ep: Episode, infos: Mapping[str, Any], i: int) -> None:
+        restarted = bool(ep.meta["sim_restarted"])
         for key in ("success_once", "success_at_end", "episode_return"):
-            if key in infos:
+            if key in infos and not restarted:  # a restarted row's infos are its fresh reset's
                 value = np.asarray(infos[key])[i]
                 ep.meta[key] = float(value) if key == "episode_return" else bool(value)
-        restarted = bool(ep.meta["sim_restarted"])
+        if restarted:  # what the episode's own frames say, up to the restart
+            ep.meta["success_once"] = bool(any(ep.success))
+            ep.meta["success_at_end"] = bool(ep.success[-1]) if len(ep) else False
+            ep.meta["episode_return"] = float(sum(ep.reward))
         if len(ep) < int(self.cfg.min_length) or not len(ep):
             self.too_short += 1
             return
