@@ -1,5 +1,7 @@
 """One client connection of ``envfleet serve``: authenticate, open one stage, answer its calls, keep its lease.
 
+One job: the server's side of one connection, from its token to its last reply.
+
 A connection is one session and holds at most one stage (mode, stage id, rank). It is
 request-reply: the next request is read only once the last reply is written, so a client
 that stops reading holds at most one reply in the server's memory, and a reply that cannot
@@ -28,6 +30,8 @@ from ..errors import ClosedEnvironmentError, EnvFleetError, EnvFleetSimulatorErr
 from ..options import Mode
 from .wire import VERSION, Frame, FrameLimits, WireError, error_frame, prefixed, read_frame, write_frame
 
+# Annotation only: a Session is one connection of the EnvServer that makes it and holds the stages;
+# one server's two sides (its listener and registry of stages, and one client's conversation).
 if TYPE_CHECKING:
     from .server import EnvServer
 

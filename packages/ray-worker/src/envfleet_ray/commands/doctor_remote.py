@@ -38,7 +38,8 @@ def remote_findings(cfg: Any, mode: str = "train") -> list[Finding]:
         fixes = {
             "auth": f"put the server's token on the first line of the file {mode}.remote.token_file names (envfleet serve --token-file)",
             "version": f"run the same envfleet release on both sides (this client speaks wire version {VERSION})",
-            "busy": "stop the other client that holds stage 0, or wait until the server frees it",
+            "busy": f"stop the other client that holds stage 0, wait until its lease runs out, or take the stage from a holder "
+            f"you know is dead with {mode}.remote.take=true",
         }
         return [Finding("FAIL", f"{where}: refused ({exc.code}): {exc}", fixes.get(exc.code, "see the server's log"))]
     except RemoteConnectionError as exc:
