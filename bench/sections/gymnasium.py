@@ -2,7 +2,8 @@
 
 - PushT and ALOHA, 4 envs, chunks of 8 random actions, the same seeds: envfleet through an in-process
   ``EnvWorker`` (its shards in the case's venv, ``train.simulator_python``) against gymnasium's
-  ``AsyncVectorEnv`` over ``gymnasium.make`` of the same env, in that venv. PushT: envfleet renders the
+  ``AsyncVectorEnv`` over ``gymnasium.make`` of the same env, in that venv, and TorchRL's
+  ``ParallelEnv(GymEnv)`` where TorchRL is (:func:`torchrl_overlay`). PushT: envfleet renders the
   read sub-step only (``render: rgb_array``, state and keypoints in the observation); ``AsyncVectorEnv``
   as LeRobot runs PushT (``obs_type: pixels_agent_pos``, a 96x96 image in every step's observation), and,
   for the record, ``AsyncVectorEnv`` over envfleet's own make calling ``render()`` once per chunk.
@@ -159,6 +160,66 @@ def async_rate(case: str, how: str) -> float:
         vec.close()
 
 
+def torchrl_overlay() -> str | None:
+    """Where TorchRL is: verl's pins installed apart (``.nox/verl-overlay``, by tests-verl / tests-torchrl), or
+    ``$ENVFLEET_TORCHRL_OVERLAY``. PushT's and ALOHA's venvs hold no torch, so TorchRL runs from the main venv
+    with that overlay and the case venv's packages put first on ``PYTHONPATH``."""
+    for path in (os.environ.get("ENVFLEET_TORCHRL_OVERLAY", ""), os.path.join(ROOT, ".nox", "verl-overlay")):
+        if path and os.path.isdir(os.path.join(path, "torchrl")):
+            return path
+    return None
+
+
+def torchrl_rate(case: str) -> float:
+    """Sub-steps per second of TorchRL's ``ParallelEnv(GymEnv)`` over the case (PushT as LeRobot runs it), as a script."""
+    import functools
+
+    import torch
+    from torchrl.envs import GymEnv, ParallelEnv
+
+    section = PUSHT_ENVFLEET if case == "pusht" else ALOHA_ENVFLEET
+    env_id = f"{section['id'].split('/', 1)[0]}:{section['id']}"
+    kwargs = (
+        {"obs_type": "pixels_agent_pos", "observation_width": 96, "observation_height": 96} if case == "pusht" else dict(section["kwargs"])
+    )
+    chunks, warmup = CHUNKS[case]
+    penv = ParallelEnv(NUM_ENVS, functools.partial(GymEnv, env_id, **kwargs), mp_start_method="spawn")
+    try:
+        penv.set_seed(SEEDS[0])
+        td = penv.reset()
+
+        def chunk(k: int) -> None:
+            nonlocal td
+            for a in _env_actions(case, k).transpose(1, 0, 2):
+                td = penv.step(td.set("action", torch.from_numpy(np.ascontiguousarray(a))))["next"]
+
+        for k in range(warmup):
+            chunk(k)
+        t0 = time.perf_counter()
+        for k in range(chunks):
+            chunk(100 + k)
+        return NUM_ENVS * CHUNK * chunks / (time.perf_counter() - t0)
+    finally:
+        penv.close()
+
+
+def _torchrl_in_main_venv(case: str, overlay: str) -> float:
+    import subprocess
+
+    python = sim_python(case)
+    assert python is not None
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True, check=True
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([overlay, purelib.stdout.strip(), os.path.join(ROOT, "bench")])}
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), f"{case}:torchrl"], capture_output=True, text=True, timeout=1800, env=env
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"gymnasium bench case {case}:torchrl failed:\n{out.stderr[-3000:]}")
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["rate"])
+
+
 def run() -> None:
     """Print and write docs/benchmarks/gymnasium.md."""
     rows: list[dict[str, Any]] = []
@@ -170,6 +231,7 @@ def run() -> None:
         print(key, round(rate, 1), flush=True)
 
     cases = [c for c in ("pusht", "aloha") if sim_python(c) is not None]
+    overlay = torchrl_overlay()
     if len(cases) < 2:
         print(
             "gymnasium: no PushT or ALOHA venv (run `nox -s tests-gymnasium` first, or set ENVFLEET_PUSHT_PYTHON / ENVFLEET_ALOHA_PYTHON)"
@@ -183,6 +245,8 @@ def run() -> None:
             add(f"{case}/async", rate_in_venv("gymnasium", python, __file__, f"{case}:obs", timeout=1800))
             if case == "pusht":
                 add(f"{case}/async-render", rate_in_venv("gymnasium", python, __file__, f"{case}:render", timeout=1800))
+            if overlay is not None:
+                add(f"{case}/torchrl", _torchrl_in_main_venv(case, overlay))
         add("zero/envfleet", worker_rate(_zero_train(), "zero"))
         add("zero/toy", worker_rate(_toy_train(), "toy"))
     med = {k: float(np.median(v)) for k, v in runs.items()}
@@ -190,8 +254,10 @@ def run() -> None:
         "pusht/envfleet": "PushT: envfleet EnvWorker, render() at the read sub-step only (shards in PushT's venv)",
         "pusht/async": "PushT: gymnasium AsyncVectorEnv, obs_type pixels_agent_pos (image every step, as LeRobot)",
         "pusht/async-render": "PushT: gymnasium AsyncVectorEnv, envfleet's make, render() once per chunk",
+        "pusht/torchrl": "PushT: TorchRL ParallelEnv(GymEnv), obs_type pixels_agent_pos",
         "aloha/envfleet": "ALOHA insertion: envfleet EnvWorker (camera in the observation; shards in ALOHA's venv)",
         "aloha/async": "ALOHA insertion: gymnasium AsyncVectorEnv",
+        "aloha/torchrl": "ALOHA insertion: TorchRL ParallelEnv(GymEnv)",
         "zero/envfleet": "envfleet/Zero-v0 (a zero-cost gymnasium env): envfleet EnvWorker",
         "zero/toy": "toy backend, frozen (zero cost): envfleet EnvWorker",
     }
@@ -221,10 +287,21 @@ def run() -> None:
         f"ALOHA {CHUNKS['aloha'][0]}, zero-cost {CHUNKS['zero'][0]} chunks timed after a warm-up; each figure the median of "
         f"{ROUNDS} rounds in which the cases alternate; the runs: {json.dumps({k: [round(x, 1) for x in v] for k, v in runs.items()})}."
     )
-    notes.append("TorchRL's ParallelEnv(GymEnv) is not measured: TorchRL needs torch, which PushT's and ALOHA's venvs do not hold.")
+    if overlay is None:
+        notes.append("TorchRL's ParallelEnv(GymEnv) is not measured: no TorchRL here (run `nox -s tests-torchrl` first).")
+    else:
+        notes.append(
+            "TorchRL's ParallelEnv(GymEnv) (torchrl of verl's lock) runs from the main venv with the case venv's packages first "
+            "on PYTHONPATH: the case venvs hold no torch. "
+            + "; ".join(
+                f"envfleet / ParallelEnv on {c}: {med[f'{c}/envfleet'] / med[f'{c}/torchrl']:.2f}x" for c in cases if f"{c}/torchrl" in med
+            )
+            + "."
+        )
     write("gymnasium", rows, notes)
 
 
 if __name__ == "__main__":
     case, how = sys.argv[1].split(":")
-    print(json.dumps({"case": sys.argv[1], "rate": async_rate(case, how)}))
+    rate = torchrl_rate(case) if how == "torchrl" else async_rate(case, how)
+    print(json.dumps({"case": sys.argv[1], "rate": rate}))
