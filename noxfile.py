@@ -440,7 +440,7 @@ def tests_lerobot(session: nox.Session) -> None:
     """LeRobot 0.6.1's plugin discovery, env registry and lerobot-eval's rollout over envfleet's LeRobot
     env package, on the toy backend (Python 3.12: LeRobot needs it); LeRobot's LeRobotDataset loading what
     envfleet recorded, from the gymnasium face here and from a LIBERO `envfleet rollout` in the tests
-    session's venv."""
+    session's venv, and LeRobot's own lerobot-train fitting ACT on a LIBERO rollout recorded per step."""
     _install_py312(session)
     # The LIBERO rollout whose dataset LeRobot loads runs in the tests session's venv (LIBERO, Ray).
     main_python = _shared_venv(session, "tests", "requirements/py311.txt")
