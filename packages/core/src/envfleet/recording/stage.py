@@ -36,6 +36,7 @@ from .writer import DatasetWriter, RecordingError
 
 __all__ = [
     "StageRecorder",
+    "stage_recorder",
     "check_record_config",
     "check_record_dir",
     "is_envfleet_dataset",
@@ -380,3 +381,8 @@ class StageRecorder:
             seen = {"error": f"{type(exc).__name__}: {exc}"}
         parts = protocol(self.section, get_backend(str(self.section.simulator_type)), seen)
         return {"protocol": parts, "fingerprint": fingerprint(parts, self.state_ids)}
+
+
+def stage_recorder(manager: Any) -> StageRecorder | None:
+    """The recorder of a :class:`~envfleet.shards.manager.ProcessEnvManager`'s stage; None when its section records nothing."""
+    return None if manager.env_cfg.record.format is None else StageRecorder.for_stage(manager)

@@ -36,6 +36,7 @@ from ..env import ChunkStepResult, EnvContext, ResetResult
 from ..errors import ClosedEnvironmentError, ConfigError, SimulatorStoppedError
 from ..options import Mode
 from ..plugins import BackendSpec, get_backend
+from ..recording.stage import stage_recorder
 from ..substeps import split_substeps
 from ..validation import StateTable, as_env_ids, check_actions, check_reset_ids
 from .calls import ManagerStats, ShardCalls, replay_reset
@@ -93,13 +94,8 @@ class ProcessEnvManager:
         self._obs_pool = RecyclingPool()
         self._shard_set = ShardSet()
         self._finalizer = weakref.finalize(self, self._shard_set.cleanup)
-        self._dataset: Any = None  # a recording.StageRecorder when train.record.format is set
-        if self.env_cfg.record.format is not None:
-            from ..recording import StageRecorder
-
-            self._dataset = StageRecorder.for_stage(self)
-        # Shared memory also holds the sub-step observations of a stage recording per step (recording.substeps).
-        self._layout_spec = {**self.obs_spec, **(self._dataset.substep_spec if self._dataset is not None else {})}
+        self._dataset = stage_recorder(self)  # a recording.StageRecorder when train.record.format is set, else None
+        self._layout_spec = {**self.obs_spec, **(self._dataset.substep_spec if self._dataset else {})}  # + envfleet.substeps
         size = self.spec.shard_size(self.env_cfg, self.num_envs)
         for index, start in enumerate(range(0, self.num_envs, size)):
             env_slice = slice(start, min(start + size, self.num_envs))
