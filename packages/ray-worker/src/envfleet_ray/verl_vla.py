@@ -1,5 +1,7 @@
 """verl-vla's env worker with envfleet inside: ``EnvWorker(config, role)`` with verl-vla's ``cluster.env``.
 
+One job: verl-vla's env-worker contract over envfleet's worker; the only module that imports verl-vla.
+
 verl-vla's ``TrainCluster`` builds its Env role as
 ``RayClassWithInitArgs(cls=ray.remote(EnvWorker), config=<EnvTrainConfig>, role="env")``
 in a ``RayWorkerGroup``, and its ``EnvLoop`` drives it. This class has that
@@ -46,6 +48,9 @@ try:
     from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(f"envfleet_ray.verl_vla needs verl 0.7.1's single controller and DataProto ({exc}): pip install verl==0.7.1") from exc
+
+# Imports inside functions: verl-vla is optional: it loads only in use_envfleet, inside verl-vla's own
+# processes.
 
 __all__ = ["EnvWorker", "MESH", "extra_observations", "use_envfleet", "dispatch_reset_env", "dispatch_env_interact_step", "collect_env"]
 

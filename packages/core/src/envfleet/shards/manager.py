@@ -1,11 +1,10 @@
 """``ProcessEnvManager``: one stage's envs as shard processes, observations through shared memory.
 
-The stage's ``num_envs`` envs are split into shards of the backend's
-``envs_per_process``; each shard is a fresh Python process
-(:mod:`envfleet.shards.server`) that builds its own simulator. A call is sent to every
-shard first and then awaited, so shards work in parallel. Images are written once
-by the child into shared memory owned by this object; only small arrays come back
-over the socket.
+One job: the ``Env`` surface of one stage, over its shards. The stage's ``num_envs`` envs are
+split into shards of the backend's ``envs_per_process``; each shard is a fresh Python process
+(:mod:`envfleet.shards.server`) that builds its own simulator. A call is sent to every shard
+first and then awaited, so shards work in parallel. Images are written once by the child into
+shared memory owned by this object; only small arrays come back over the socket.
 
 A shard that dies or misses its deadline is killed, rebuilt and reset to the
 state ids its envs last reset to; the call it failed returns, for its envs, the
@@ -39,6 +38,7 @@ from ..plugins import BackendSpec, get_backend
 from ..recording.stage import stage_recorder
 from ..substeps import split_substeps
 from ..validation import StateTable, as_env_ids, check_actions, check_reset_ids
+from ..video import VideoRecorder
 from .calls import ManagerStats, ShardCalls, replay_reset
 from .handle import RestartBudget, ShardHandle, ShardSet
 from .messages import Command, FlushVideoRequest, LoadStateRequest, ResetSomeRequest, StepRequest
@@ -110,8 +110,6 @@ class ProcessEnvManager:
         self._ready = FirstReady(self._calls, self._replies, self.obs_spec, self.action_dim, self.num_action_chunks)
         self._recorder: Any = None
         if self.env_cfg.video_cfg.save_video:
-            from ..video import VideoRecorder
-
             self._recorder = VideoRecorder(self.env_cfg.video_cfg, self.num_envs, self.obs_spec)
 
     # ------------------------------------------------------------------ properties
