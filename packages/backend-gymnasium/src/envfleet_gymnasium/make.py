@@ -22,6 +22,9 @@ from typing import Any
 
 import numpy as np
 
+# Imports inside functions: gymnasium and the env's own package load only where an env is made or described
+# (the shard, the probe's child), in the env's venv.
+
 __all__ = ["CaseError", "prepare_id", "make_env", "describe", "describe_frame", "env_packages", "set_gl"]
 
 

@@ -37,8 +37,11 @@ import threading
 from typing import Any
 
 from envfleet.errors import ConfigError
+from envfleet.plugins import get_backend
+from envfleet.shards.interpreter import shard_command
 
 from .case import Case
+from .child import MARKER
 
 __all__ = ["PROBE_FORMAT", "CACHE_ENV", "ProbeError", "cache_dir", "probe", "probe_count", "clear_memo"]
 
@@ -93,9 +96,6 @@ def clear_memo() -> None:
 
 def _interpreter(cfg: Any) -> tuple[str, dict[str, str]]:
     """The interpreter and environment a shard of this section would get (``train.simulator_python``, checked)."""
-    from envfleet.plugins import get_backend
-    from envfleet.shards.interpreter import shard_command
-
     return shard_command(cfg, get_backend("gymnasium"))
 
 
@@ -221,8 +221,6 @@ def probe(cfg: Any) -> dict[str, Any]:
                 f"the spec probe of {case.name} did not finish within {timeout:.0f} s (train.start_timeout_s) under {python}: "
                 "building the env, its first reset or its render hangs",
             ) from None
-        from .child import MARKER
-
         lines = [line[len(MARKER) :] for line in out.splitlines() if line.startswith(MARKER)]
         if not lines:
             tail = "\n".join((err or out).strip().splitlines()[-8:])

@@ -51,6 +51,9 @@ from .state_bank import POSITION_QUANTUM, build_state_bank, derive_seed, restore
 from .task_config import load_env_cfg
 from .tensors import as_torch, map_arrays
 
+# Imports inside functions: Isaac Lab's task modules (and gymnasium's registry of them) import only after its
+# app is launched (launch.py), in the shard.
+
 # build_state_bank, derive_seed, load_env_cfg and POSITION_QUANTUM live in state_bank.py and
 # task_config.py; they stay importable from here.
 __all__ = ["IsaacEnv", "build_state_bank", "derive_seed", "load_env_cfg", "POSITION_QUANTUM"]

@@ -18,6 +18,9 @@ import contextlib
 import importlib.metadata
 from typing import Any, Literal
 
+# Imports inside functions: Isaac Lab loads in the shard only, and which launcher it offers depends on its
+# version (2.x AppLauncher, 3.x launch_simulation).
+
 __all__ = ["LauncherKind", "isaaclab_version", "launcher_kind", "SimulationRuntime"]
 
 LauncherKind = Literal["launch_simulation", "app_launcher"]

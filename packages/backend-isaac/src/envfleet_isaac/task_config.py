@@ -6,6 +6,9 @@ from typing import Any
 
 from envfleet.plugins.spec import import_factory
 
+# Imports inside functions: Isaac Lab's modules import only after its app is launched (launch.py), in the
+# shard.
+
 __all__ = ["load_env_cfg"]
 
 

@@ -8,6 +8,9 @@ from typing import Any
 import numpy as np
 import torch
 
+# Imports inside functions: warp loads in the shard only, where Isaac Lab's tensors are (seconds of start-up
+# elsewhere).
+
 __all__ = ["State", "as_torch", "assign_rows", "map_arrays"]
 
 State = dict[str, Any]  # scene.get_state()'s nested dict of tensors

@@ -61,6 +61,9 @@ from .scenes import scene_cache
 from .sim import LiberoSim, _log
 from .suites import SuiteIndex, TaskInfo, instruction_source
 
+# Imports inside functions: robosuite loads in the shard only, when an env is built: listing backends and the
+# parent stay light.
+
 __all__ = ["TaskInfo", "SuiteIndex", "LiberoSim", "LiberoEnv", "make_state8"]
 
 

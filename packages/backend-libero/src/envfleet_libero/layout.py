@@ -22,6 +22,9 @@ import os
 import sys
 from typing import Any
 
+# Imports inside functions: omegaconf and the machine's figures load only when a stage's layout is decided,
+# not when backends are listed.
+
 __all__ = ["DENSE_ENVS_PER_PROCESS", "PROCESS_BYTES", "default_envs_per_process", "worker_cores", "stage_count", "default_layout"]
 
 #: Envs per process where envs outnumber cores: the dense layout's figure (docs: "Dense envs").

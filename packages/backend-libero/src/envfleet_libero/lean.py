@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+# Imports inside functions: robosuite, LIBERO and MuJoCo load in the shard only, where the step loop runs.
+
 __all__ = ["OscSubstep", "ObservableClocks", "lean_refusal"]
 
 # The ufunc np.clip(a, low, high) ends in (numpy/_core/_methods.py's _clip), without the Python on the way.

@@ -51,6 +51,8 @@ from typing import Any
 
 import numpy as np
 
+# Imports inside functions: robosuite, LIBERO and MuJoCo load in the shard only, where the step loop runs.
+
 __all__ = ["FAST_INTEGRATORS", "FastStep", "fast_step_refusal", "snapshot", "restore"]
 
 #: MuJoCo integrators for which ``mj_step1`` + ``mj_step2`` equal ``mj_step``.

@@ -40,6 +40,9 @@ from typing import Any
 
 import numpy as np
 
+# Imports inside functions: robosuite, LIBERO and MuJoCo load in the shard only, where scenes are compiled and
+# rendered.
+
 __all__ = ["Scene", "SceneCache", "SharedRenderView", "building_dense", "dense_task_class", "scene_cache"]
 
 #: Model fields a LIBERO reset writes (fixture placement, site visibility); restored on a cache hit.

@@ -18,6 +18,9 @@ from .physics import FastStep, fast_step_refusal, restore, snapshot
 from .scenes import Scene, building_dense, scene_cache
 from .suites import TaskInfo
 
+# Imports inside functions: LIBERO (robosuite, MuJoCo) and PyOpenGL load in the shard only, where the env is
+# built and rendered.
+
 __all__ = ["LiberoSim"]
 
 

@@ -42,6 +42,9 @@ import numpy as np
 from envfleet.errors import ConfigError
 from envfleet.plugins import backend_section
 
+# Imports inside functions: LIBERO's benchmark tables, LIBERO-PRO's states and bddl load when a suite is read
+# (in the shard, or the doctor), not when backends are listed.
+
 __all__ = [
     "BASE_HORIZONS",
     "PERTURBATIONS",

@@ -20,6 +20,9 @@ from envfleet.errors import ConfigError
 
 from .tasks import TASKS
 
+# Imports inside functions: ManiSkill loads only where its assets are checked (in the shard, before the env is
+# made).
+
 __all__ = ["WHEEL_ROBOTS", "missing_assets", "refuse_downloads"]
 
 #: Robots whose assets ship in the wheel.

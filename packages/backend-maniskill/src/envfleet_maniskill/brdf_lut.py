@@ -27,6 +27,9 @@ from typing import Any
 
 import numpy as np
 
+# Imports inside functions: SAPIEN and ManiSkill load in the process that renders (the shard, the doctor's
+# child) only.
+
 __all__ = ["LUT_ENV", "SIZE", "compute", "load", "use_from_env"]
 
 #: The environment variable that names a table file for the shards of this machine.

@@ -28,6 +28,9 @@ from envfleet.diagnostics.physx_library import find_physx_library
 from envfleet.diagnostics.vulkan_probe import lavapipe_icd
 from envfleet.errors import ConfigError
 
+# Imports inside functions: torch loads only where a CUDA device is asked about: the plugin module and listing
+# backends stay light.
+
 __all__ = [
     "Placement",
     "SimBatch",

@@ -29,6 +29,8 @@ from .assets import refuse_downloads
 from .gym_args import make_kwargs
 from .plugin import instruction, observation_spec, task_name
 
+# Imports inside functions: ManiSkill and gymnasium load in the shard only, when the env is built.
+
 __all__ = ["ManiskillEnv", "DEFAULT_MAX_EPISODE_STEPS", "import_maniskill"]
 
 #: Horizon when neither train.max_episode_steps nor the task's registration gives one.

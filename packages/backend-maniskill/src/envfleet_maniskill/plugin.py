@@ -22,6 +22,9 @@ from envfleet.plugins import BackendRegistry, BackendSpec, backend_section, hook
 from . import device
 from .tasks import INSTRUCTIONS
 
+# Imports inside functions: the entry point's module stays light: listing backends imports nothing of
+# ManiSkill.
+
 __all__ = [
     "OBS_MODES",
     "REWARD_MODES",

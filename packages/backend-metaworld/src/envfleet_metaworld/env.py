@@ -31,6 +31,8 @@ from envfleet.validation import StateTable, check_actions, check_reset_ids
 from .plugin import ACTION_DIM, STATE_DIM, horizon, observation_spec, suite_tasks
 from .tasks import INSTRUCTIONS
 
+# Imports inside functions: MetaWorld and MuJoCo load in the shard only, under the simulator's own venv.
+
 __all__ = ["MetaworldEnv", "VARIATIONS_PER_TASK", "import_metaworld"]
 
 #: ``MT1(task).train_tasks`` holds 50 variations of each task.

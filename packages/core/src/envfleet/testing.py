@@ -58,6 +58,9 @@ from .plugins import get_backend
 from .plugins.api import runs_unchecked
 from .shards.manager import ProcessEnvManager
 
+# Imports inside functions: DataProto needs the dataproto extra (torch), which a plugin's own tests of its env
+# may lack; only the tests through an EnvWorker use it.
+
 __all__ = ["EnvConformance"]
 
 

@@ -17,6 +17,9 @@ import numpy as np
 from .env import ObservationSpec
 from .errors import ConfigError
 
+# Imports inside functions: imageio and Pillow are the video extra: they load only when a video is written or
+# labelled.
+
 __all__ = ["VideoRecorder", "image_keys", "require_video_deps", "side_by_side", "tile_frames"]
 
 

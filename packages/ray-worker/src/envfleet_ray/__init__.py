@@ -25,6 +25,9 @@ if TYPE_CHECKING:  # loaded on first use by __getattr__ below
 
 __version__ = "0.1.0"
 
+# Imports inside functions: the Ray-dependent names load on first use (module __getattr__), so importing
+# envfleet_ray for EnvWorker or the verl helpers does not start Ray's import.
+
 __all__ = [
     "EnvLoop",
     "EnvWorker",

@@ -12,6 +12,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from envfleet.errors import EnvFleetError, PluginDeprecationWarning
+
 from .commands import NAMES, UsageError
 
 __all__ = ["main", "build_parser", "TRACEBACK_ENV"]
@@ -43,8 +45,6 @@ def _show_plugin_deprecations() -> None:
     Python hides a ``DeprecationWarning`` raised inside a library, and this one is for whoever
     runs the command as much as for the plugin's author: it names the plugin to update.
     """
-    from envfleet.errors import PluginDeprecationWarning
-
     warnings.filterwarnings("default", category=PluginDeprecationWarning)
     shown: set[str] = set()
     original = warnings.showwarning
@@ -68,8 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     errors, 1 for a failure while running, whose line says that ``--traceback`` or
     ``ENVFLEET_TRACEBACK=1`` prints the full traceback too.
     """
-    from envfleet.errors import EnvFleetError
-
     _show_plugin_deprecations()
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -25,6 +25,8 @@ import numpy as np
 from envfleet.errors import InvalidInputError
 from envfleet.recording import Episode, LeRobotDatasetFiles, read_episodes, read_frames, read_info
 
+# Imports inside functions: pyarrow (the record extra) loads only when a dataset is handed out.
+
 __all__ = ["RankDatasetPopper"]
 
 _DERIVED = ("timestamp", "frame_index", "episode_index", "index", "task_index")  # written by LeRobotDatasetFiles itself

@@ -15,6 +15,8 @@ from envfleet.named_protocols import SUCCESS_METRICS
 
 from ..suites import SUITES, base_suite
 
+# Imports inside functions: omegaconf loads only when a named protocol is applied to a config.
+
 __all__ = ["load_protocols"]
 
 _REQUIRED = ("name", "version", "title", "sources", "success_metric", "sets")

@@ -26,6 +26,8 @@ from .verl_surface import VerlSurface
 if TYPE_CHECKING:
     from tensordict import TensorDict
 
+# Imports inside functions: torch's data module loads only for make_iterator, not with every DataProto.
+
 __all__ = ["DataProto", "collate_fn"]
 
 

@@ -17,6 +17,9 @@ from ..errors import DataProtoError, DataProtoKeyError
 if TYPE_CHECKING:
     from tensordict import TensorDict
 
+# Imports inside functions: tensordict loads when a batch is first read, not where only numpy columns pass
+# (see _tensordict).
+
 __all__ = ["list_of_dict_to_dict_of_list", "new_tensordict"]
 
 

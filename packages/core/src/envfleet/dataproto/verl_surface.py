@@ -20,6 +20,9 @@ from .values import _key_list, _keys, _require_keys, _stack_rows, _type_info, _v
 if TYPE_CHECKING:
     from tensordict import TensorDict
 
+# Imports inside functions: tensordict's tensorclass and verl load only for the conversions that need them
+# (verl is optional).
+
 __all__ = ["VerlSurface"]
 
 _D = TypeVar("_D", bound="VerlSurface")

@@ -13,6 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from ..config import load_config
+from ..plugins import get_backend
+from ..shards.manager import ProcessEnvManager
 
 __all__ = ["CheckResult", "check_backend", "smallest_config"]
 
@@ -38,11 +43,6 @@ def smallest_config(name: str, overrides: Sequence[str] = (), num_action_chunks:
 
     ``num_action_chunks`` sets the chunk size (``None``: the config's default).
     """
-    from omegaconf import DictConfig, OmegaConf
-
-    from ..config import load_config
-    from ..plugins import get_backend
-
     spec = get_backend(name)
     base: dict[str, Any] = {"train": {"simulator_type": name, "num_envs": 1}}
     if num_action_chunks is not None:
@@ -55,8 +55,6 @@ def smallest_config(name: str, overrides: Sequence[str] = (), num_action_chunks:
 def check_backend(name: str, overrides: Sequence[str] = ()) -> CheckResult:
     """Load a config for backend ``name`` (its ``BackendSpec.check_config`` and ``overrides``), start one
     env in a shard process, reset it to its first state id and step it with one chunk of zeros."""
-    from ..shards.manager import ProcessEnvManager
-
     seconds: dict[str, float] = {}
     try:
         cfg = smallest_config(name, overrides)

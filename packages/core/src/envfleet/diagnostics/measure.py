@@ -31,6 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from ..plugins import get_backend
+from ..shards.manager import ProcessEnvManager
+from .check import smallest_config
+
 __all__ = [
     "Measurement",
     "Capacity",
@@ -157,8 +161,6 @@ def envs_per_process(spec: Any, env_cfg: Any) -> int | None:
 
 
 def _one_run(cfg: Any, result: Measurement, mode: str, first: bool) -> None:
-    from ..shards.manager import ProcessEnvManager
-
     t0 = time.perf_counter()
     with ProcessEnvManager(cfg) as mgr:  # entering starts the simulator
         build = time.perf_counter() - t0
@@ -191,9 +193,6 @@ def measure_backend(name: str, overrides: Sequence[str] = ()) -> Measurement:
 
     Never raises for a failing backend: the result says ``ok=False`` and the cause.
     """
-    from ..plugins import get_backend
-    from .check import smallest_config
-
     result = Measurement(name, False)
     try:
         spec = get_backend(name)

@@ -21,6 +21,9 @@ from ..errors import PluginContractError
 from ..options import OPTIONAL_KEYS
 from .api import check_api_version
 
+# Imports inside functions: omegaconf loads only when a config section is keyed: a plugin module imports this
+# one when backends are listed.
+
 __all__ = ["BackendSpec", "backend_section", "split_factory", "import_factory"]
 
 

@@ -18,6 +18,9 @@ from .lerobot import ENVFLEET_META, read_json
 from .options import RecordConfig, RecordFormat
 from .writer import RecordingError
 
+# Imports inside functions: PyAV and pyarrow (the record extra) load only where a dataset is checked, read or
+# written.
+
 __all__ = [
     "MARKER",
     "dataset_root",

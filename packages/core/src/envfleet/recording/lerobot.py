@@ -18,6 +18,7 @@ counted so far loadable. Files are written under a ``.part`` name and renamed wh
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import uuid
@@ -28,6 +29,8 @@ from typing import Any
 import numpy as np
 
 from . import stats as dstats
+
+# Imports inside functions: PyAV and pyarrow (the record extra) load only where a dataset is read or written.
 
 __all__ = [
     "CODEBASE_VERSION",
@@ -119,8 +122,6 @@ def decode_png(data: bytes) -> np.ndarray:
 
 def counted_episodes(root: str) -> list[dict[str, Any]]:
     """The rows of ``meta/episodes`` that ``info.json`` counts (an episode not counted there is not complete), in order."""
-    import glob
-
     import pyarrow.parquet as pq
 
     total = int(read_json(os.path.join(root, "meta", "info.json"))["total_episodes"])

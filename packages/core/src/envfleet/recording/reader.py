@@ -13,6 +13,8 @@ import numpy as np
 
 from .lerobot import DATA_PATH, ENVFLEET_META, VIDEO_PATH, counted_episodes, decode_png, read_json, video_key
 
+# Imports inside functions: PyAV and pyarrow (the record extra) load only where a dataset is read.
+
 __all__ = ["find_datasets", "read_info", "read_episodes", "read_frames", "episode_video"]
 
 

@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..fingerprint import fingerprint, protocol
+from ..plugins import get_backend
 from ..substeps import substep_spec
 from .checks import MARKER, cameras, check_record_config, check_record_dir, dataset_root, is_envfleet_dataset, require_record_deps
 from .lerobot import Episode, LeRobotDatasetFiles, append_refusal, video_key, with_index_features
@@ -372,9 +374,6 @@ class StageRecorder:
             writer.close()
 
     def _fingerprint(self, renderer: Callable[[], Mapping[str, str]] | None) -> dict[str, Any]:
-        from ..fingerprint import fingerprint, protocol
-        from ..plugins import get_backend
-
         try:
             seen: Mapping[str, str] = renderer() if renderer is not None else {"unknown": "the stage was stopped"}
         except Exception as exc:  # a renderer that cannot be asked is part of the record too

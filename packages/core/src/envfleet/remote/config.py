@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import RemoteConfig  # the schema lives with the other env sections
 from ..errors import ConfigError
+from ..shards.manager import ProcessEnvManager
+from .client import RemoteEnvManager
 from .wire import parse_address
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
     from ..plugins import BackendSpec
-    from ..shards.manager import ProcessEnvManager
-    from .client import RemoteEnvManager
 
 __all__ = ["RemoteConfig", "build_manager", "in_process_manager", "parse_address", "read_token"]
 
@@ -56,16 +56,12 @@ def build_manager(
     remote: Any = section.get("remote") if hasattr(section, "get") else None
     address = None if remote is None else remote.get("address")
     if not address:
-        from ..shards.manager import ProcessEnvManager
-
         return ProcessEnvManager(cfg, stage_id=stage_id, rank=rank, mode=mode, backend=backend)
     if section.get("record") is not None and section.record.get("format") is not None:
         raise ConfigError(
             f"{mode}.record records where the simulators run: set it in the config the server serves "
             f"(envfleet serve --config), not beside {mode}.remote.address"
         )
-    from .client import RemoteEnvManager
-
     manager = RemoteEnvManager(
         str(address),
         token=read_token(remote.get("token_file")),
@@ -98,8 +94,6 @@ def in_process_manager(manager: ProcessEnvManager | RemoteEnvManager, who: str) 
     First-ready stepping (``send_chunk`` / ``recv_chunk``) runs on shards of this process; the wire
     has no messages for it.
     """
-    from ..shards.manager import ProcessEnvManager
-
     if isinstance(manager, ProcessEnvManager):
         return manager
     raise ConfigError(

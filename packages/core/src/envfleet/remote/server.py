@@ -23,10 +23,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from omegaconf import DictConfig
 
+from ..shards.manager import ProcessEnvManager
 from .admission import RateLimitedLog, StrangerBudget
 from .session import Session
 from .wire import SOCKET_BUFFER, VERSION, error_frame, write_frame
@@ -80,8 +82,6 @@ class EnvServer:
 
     def __init__(self, cfg: DictConfig, options: ServeOptions, manager_factory: Callable[..., Any] | None = None) -> None:
         if manager_factory is None:
-            from ..shards.manager import ProcessEnvManager
-
             manager_factory = ProcessEnvManager
         self.cfg = cfg
         self.options = options
@@ -254,8 +254,6 @@ class EnvServer:
 
     def welcome(self) -> dict[str, Any]:
         """The fields of the ``welcome`` message."""
-        from importlib.metadata import PackageNotFoundError, version
-
         try:
             envfleet_version = version("envfleet")
         except PackageNotFoundError:

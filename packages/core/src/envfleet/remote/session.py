@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ClosedEnvironmentError, EnvFleetError, EnvFleetSimulatorError, InvalidInputError, LifecycleError, RestartLimitError
+from ..fingerprint import protocol
 from ..options import Mode
 from .wire import VERSION, Frame, FrameLimits, WireError, error_frame, prefixed, read_frame, write_frame
 
@@ -421,8 +422,6 @@ class Session:
         return Frame("renderer", {"info": self._need().renderer_info()})
 
     def _protocol(self, frame: Frame) -> Frame:
-        from ..fingerprint import protocol
-
         manager = self._need()
         try:
             renderer = manager.renderer_info()

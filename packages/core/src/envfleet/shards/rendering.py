@@ -51,7 +51,7 @@ def current_gl_strings() -> dict[str, str]:
     if "OpenGL" not in sys.modules:
         return {}
     try:
-        from OpenGL import GL
+        from OpenGL import GL  # only once the backend has loaded PyOpenGL: its first import picks the platform
 
         out = {}
         for key, enum in (("gl_vendor", GL.GL_VENDOR), ("gl_renderer", GL.GL_RENDERER), ("gl_version", GL.GL_VERSION)):

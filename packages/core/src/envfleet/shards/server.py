@@ -38,6 +38,10 @@ from .messages import (
 )
 from .wire import ArrayPacker, Channel
 
+# Imports inside functions: the thread that watches the parent starts before anything is imported that can
+# take long (the env's build needs come with the init request), so a shard whose parent dies meanwhile still
+# exits.
+
 __all__ = ["main"]
 
 

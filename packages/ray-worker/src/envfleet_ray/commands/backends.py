@@ -8,6 +8,9 @@ from typing import Any
 
 from . import UsageError
 
+# Imports inside functions: each subcommand loads what it runs, so `envfleet --help` and the other subcommands
+# start fast.
+
 __all__ = ["add_parser", "run", "cmd_backends"]
 
 

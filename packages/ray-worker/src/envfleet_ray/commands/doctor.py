@@ -38,6 +38,9 @@ from typing import Any
 from .doctor_remote import remote_address, remote_findings
 from .findings import Finding
 
+# Imports inside functions: each check loads what it probes (the plugins, GL, Vulkan, CUDA, the shard
+# machinery), so one check's missing library cannot stop the others and `envfleet --help` starts fast.
+
 __all__ = ["Finding", "add_parser", "run", "doctor", "device_findings", "gpu_findings", "physx_finding"]
 
 _IMPORT_TIMEOUT_S = 300.0

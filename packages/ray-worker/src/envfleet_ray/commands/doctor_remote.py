@@ -12,6 +12,9 @@ from typing import Any
 
 from .findings import Finding
 
+# Imports inside functions: the client of envfleet.remote loads only for a config whose train.remote.address
+# is set.
+
 __all__ = ["remote_address", "remote_findings"]
 
 

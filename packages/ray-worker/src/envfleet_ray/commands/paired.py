@@ -16,6 +16,9 @@ import math
 import os
 from typing import Any
 
+# Imports inside functions: recording's readers (pyarrow) load only when two runs have recorded datasets to
+# pair.
+
 __all__ = ["mcnemar_exact", "episode_outcomes", "paired_lines"]
 
 

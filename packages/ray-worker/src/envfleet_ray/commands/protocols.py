@@ -11,6 +11,9 @@ from typing import Any
 
 from envfleet.named_protocols import available, leaves
 
+# Imports inside functions: each subcommand loads what it runs, so `envfleet --help` and the other subcommands
+# start fast.
+
 __all__ = ["add_parser", "run", "describe"]
 
 

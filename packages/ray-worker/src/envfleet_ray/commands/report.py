@@ -27,6 +27,9 @@ from envfleet.errors import InvalidInputError
 from .compare import load_summary
 from .intervals import wilson
 
+# Imports inside functions: matplotlib, PyAV and recording's readers load only for the parts of the page that
+# need them.
+
 __all__ = ["build_report", "add_parser", "run"]
 
 _STYLE = """

@@ -11,6 +11,9 @@ from typing import Any
 
 from . import UsageError
 
+# Imports inside functions: Ray, the runtime and tqdm load when a rollout runs, not when `envfleet --help` or
+# another subcommand imports this module.
+
 __all__ = ["add_parser", "run", "UNDER_OUT"]
 
 #: The keys of an env section holding a directory that a relative value puts under ``--out``.

@@ -16,6 +16,9 @@ import sys
 import threading
 from typing import Any
 
+# Imports inside functions: the server and the config load when a server starts, not when `envfleet --help`
+# imports this module.
+
 __all__ = ["add_parser", "run"]
 
 

@@ -25,6 +25,9 @@ from typing import Any
 from envfleet.errors import VenvError
 from envfleet.plugins.spec import split_factory
 
+# Imports inside functions: each subcommand loads what it runs, so `envfleet --help` and the other subcommands
+# start fast.
+
 __all__ = ["add_parser", "run", "find_lock", "build_venv", "VenvError"]
 
 

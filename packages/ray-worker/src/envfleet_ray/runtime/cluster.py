@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+# Imports inside functions: Ray loads when a cluster is started or joined, not with the worker class (an in-
+# process EnvWorker needs no Ray).
+
 __all__ = ["init_ray", "LOOPBACK", "DIRECT_CALL_BYTES"]
 
 LOOPBACK = "127.0.0.1"

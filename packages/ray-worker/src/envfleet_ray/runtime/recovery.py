@@ -17,6 +17,8 @@ import numpy as np
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError, WorkerDiedError
 
+# Imports inside functions: torch loads only when a dead worker's rows are rebuilt as tensors.
+
 __all__ = ["chunk_of", "concat_harmonized", "dead_error"]
 
 

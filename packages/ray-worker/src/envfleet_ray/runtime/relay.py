@@ -26,6 +26,8 @@ from typing import Any
 
 from .lane import LANE_METHOD, LaneClient, LaneClosed
 
+# Imports inside functions: Ray loads inside the relay's actor, where it runs.
+
 __all__ = ["NodeRelay", "RelayOutcome"]
 
 

@@ -44,9 +44,13 @@ from envfleet.remote import build_manager
 
 from . import ready_calls
 from .batch import OBS_KEYS, create_env_batch_dataproto, env_batch_dataproto, put_tensor_cpu
+from .lane import LaneServer
 from .metrics import EpisodeMetrics
 from .stages import StageState
 from .startup import stage_status
+
+# Imports inside functions: Ray loads only where it is used: an EnvWorker runs in process, without Ray, for
+# tests and debugging.
 
 __all__ = ["EnvWorker", "put_tensor_cpu", "create_env_batch_dataproto", "env_batch_dataproto", "OBS_KEYS"]
 
@@ -112,8 +116,6 @@ class EnvWorker:
 
         The group calls this through Ray when the worker runs on the driver's node.
         """
-        from .lane import LaneServer
-
         with self._init_lock:
             if self._lane is None:
                 self._lane = LaneServer(self)
