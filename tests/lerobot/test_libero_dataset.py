@@ -9,9 +9,6 @@ must equal the images the policy saw bit for bit.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -19,36 +16,18 @@ import pytest
 import torch
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
+from tests.lerobot.main_venv import main_venv_rollout
 from tests.recording.logging_policy import LIBERO_RUN, read_log
 
-REPO = Path(__file__).resolve().parents[2]
 CAMERAS = ("full_image", "wrist_image")
 
 
 @pytest.fixture(scope="module")
 def libero_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """`envfleet rollout` of LIBERO in the main venv: 1 worker x 2 stages x 2 envs, 5 steps of 8 actions, recorded."""
-    python = os.environ.get("ENVFLEET_MAIN_PYTHON")
-    if not python or not os.path.exists(python):
-        pytest.fail(
-            f"ENVFLEET_MAIN_PYTHON is {python!r}: expected the python of a venv with envfleet-ray and envfleet-libero (nox -s tests-lerobot sets it)"
-        )
     out = tmp_path_factory.mktemp("libero") / "run"
-    env = {
-        **os.environ,
-        "RAY_ADDRESS": "",
-        "ENVFLEET_TEST_POLICY_LOG": str(out / "policy-log"),
-        "PYTHONPATH": str(REPO),
-        "MUJOCO_GL": "egl",
-        "PYOPENGL_PLATFORM": "egl",
-        "PATH": os.pathsep.join([os.path.dirname(python), os.environ.get("PATH", "")]),
-        "VIRTUAL_ENV": os.path.dirname(os.path.dirname(python)),
-    }
-    cmd = [python, "-m", "envfleet_ray.cli", "rollout", "--steps", "5", "--no-progress", "--workers", "1", "--out", str(out)]
-    cmd += ["--policy", "tests.recording.logging_policy:logging_random", "train.record.format=lerobot", *LIBERO_RUN]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return out, json.loads((out / "summary.json").read_text())
+    _, summary = main_venv_rollout(out, 5, ["train.record.format=lerobot", *LIBERO_RUN])
+    return out, summary
 
 
 def test_lerobot_loads_a_libero_rollouts_datasets(libero_run: tuple[Path, dict]) -> None:

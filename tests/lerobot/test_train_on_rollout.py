@@ -10,7 +10,6 @@ few steps with a finite loss.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -25,9 +24,9 @@ from lerobot.datasets.compute_stats import aggregate_stats, auto_downsample_heig
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
 from envfleet.recording import read_episodes, read_frames
+from tests.lerobot.main_venv import main_venv_rollout
 from tests.recording.logging_policy import read_log
 
-REPO = Path(__file__).resolve().parents[2]
 CHUNK, STEPS = 8, 16
 ROLLOUT = [
     "train.simulator_type=libero",
@@ -46,28 +45,10 @@ ROLLOUT = [
 @pytest.fixture(scope="module")
 def per_step_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """`envfleet rollout` of LIBERO in the main venv: 1 worker x 1 stage x 2 envs, 4 chunk steps, recorded per step."""
-    python = os.environ.get("ENVFLEET_MAIN_PYTHON")
-    if not python or not os.path.exists(python):
-        pytest.fail(
-            f"ENVFLEET_MAIN_PYTHON is {python!r}: expected the python of a venv with envfleet-ray and envfleet-libero (nox -s tests-lerobot sets it)"
-        )
     out = tmp_path_factory.mktemp("libero-steps") / "run"
-    env = {
-        **os.environ,
-        "RAY_ADDRESS": "",
-        "ENVFLEET_TEST_POLICY_LOG": str(out / "policy-log"),
-        "PYTHONPATH": str(REPO),
-        "MUJOCO_GL": "egl",
-        "PYOPENGL_PLATFORM": "egl",
-        "PATH": os.pathsep.join([os.path.dirname(python), os.environ.get("PATH", "")]),
-        "VIRTUAL_ENV": os.path.dirname(os.path.dirname(python)),
-    }
-    cmd = [python, "-m", "envfleet_ray.cli", "rollout", "--steps", "4", "--no-progress", "--workers", "1", "--out", str(out)]
-    cmd += ["--policy", "tests.recording.logging_policy:logging_random", *ROLLOUT]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc, summary = main_venv_rollout(out, 4, ROLLOUT)
     assert "render every sub-step" in proc.stdout  # the summary says what recording cost
-    return out, json.loads((out / "summary.json").read_text())
+    return out, summary
 
 
 def _root(summary: dict) -> str:
