@@ -60,6 +60,8 @@ VERL_LOCK = "requirements/verl-py311.txt"
 VERL_VLA_LOCK = "requirements/verl-vla-py311.txt"
 MANISKILL_LOCK = "requirements/maniskill-py311.txt"
 LEROBOT_LOCK = "requirements/lerobot-py312.txt"
+# LIBERO-plus's task data: installed without its dependencies next to the main lock (the file says why).
+LIBEROPLUS_DATA = "requirements/liberoplus-data.txt"
 # The backends tests-metaworld and tests-maniskill add to the tests session's venv, which that session takes out.
 SIM_SESSION_PLUGINS = ["envfleet-maniskill", "envfleet-metaworld", "envfleet-isaac"]
 # pytest workers of the tests session: the machine CI runs on has 2 cores (and memory for two LIBERO tests at once).
@@ -74,6 +76,8 @@ def _install_project(session: nox.Session, extra: list[str] | None = None, lock:
     # The verl lock is complete and installed without resolving: verl's declared dependencies
     # (datasets, peft, wandb, ...) are not needed for its single controller and DataProto.
     session.install(*(["--no-deps"] if lock in (VERL_LOCK, VERL_VLA_LOCK) else []), "-r", lock)
+    if lock == MAIN_LOCK:
+        session.install("--no-deps", "-r", LIBEROPLUS_DATA)
     # Dependencies come from the pins above; the project itself is installed without resolving again.
     args = []
     for path in [*PACKAGES, *TEST_PLUGINS, *(extra or [])]:
@@ -91,6 +95,8 @@ def _shared_venv(session: nox.Session, owner: str, lock: str) -> str:
         session.run("python3.11", "-m", "virtualenv", "-q", venv, external=True)
         no_deps = ["--no-deps"] if lock in (VERL_LOCK, VERL_VLA_LOCK) else []
         session.run(python, "-m", "pip", "install", "-q", *no_deps, "-r", lock, external=True)
+        if lock == MAIN_LOCK:
+            session.run(python, "-m", "pip", "install", "-q", "--no-deps", "-r", LIBEROPLUS_DATA, external=True)
         args = []
         for path in [*PACKAGES, *TEST_PLUGINS]:
             args += ["-e", path]
