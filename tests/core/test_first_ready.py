@@ -13,7 +13,7 @@ import pytest
 from envfleet import ProcessEnvManager
 from envfleet.errors import InvalidInputError, SimulatorStoppedError
 
-from ..conftest import pid_alive, toy_cfg
+from ..conftest import pid_alive, stop_process, toy_cfg
 
 CHUNK = 4
 # Heavy-tailed per-env step costs and a reset as long as several chunks, episodes of 3 chunks with
@@ -214,6 +214,6 @@ def test_a_crashed_shard_restarts_while_the_others_step(no_leaks) -> None:
 
 def test_a_hung_shard_restarts_while_the_others_step(no_leaks) -> None:
     with ProcessEnvManager(toy_cfg(3, CHUNK, step_sleep_s=0.2, reset_sleep_s=1.5, step_timeout_s=1.5, reset_timeout_s=20.0)) as mgr:
-        _restart_case(mgr, lambda pid: os.kill(pid, signal.SIGSTOP))
+        _restart_case(mgr, stop_process)
         pids = mgr.shard_pids()
     assert not any(pid_alive(p) for p in pids)

@@ -21,7 +21,7 @@ from envfleet.config import load_config
 from envfleet.errors import EnvFleetSimulatorError, InvalidInputError, RestartLimitError
 
 from ..conftest import own_segments as shm_segments
-from ..conftest import pid_alive, toy_cfg
+from ..conftest import pid_alive, stop_process, toy_cfg
 
 
 def make_cfg(num_envs: int = 4, chunk: int = 4, **toy: object) -> object:
@@ -159,7 +159,7 @@ def test_sigkill_during_call_restarts_shard(manager) -> None:
 def test_sigstop_hang_detected_by_deadline(manager) -> None:
     manager.reset_envs_to_state_ids(np.arange(4))
     victim = manager.shard_pids()[1]
-    os.kill(victim, signal.SIGSTOP)
+    stop_process(victim)
     t0 = time.perf_counter()
     out = manager.chunk_step(actions())
     stall = time.perf_counter() - t0
@@ -177,10 +177,12 @@ def test_a_slow_reset_gets_the_reset_deadline_not_the_step_deadline(manager) -> 
     # than step_timeout_s over it is not killed, as long as it answers within reset_timeout_s.
     manager.reset_envs_to_state_ids(np.arange(4))
     victim = manager.shard_pids()[2]
-    os.kill(victim, signal.SIGSTOP)
-    threading.Timer(3.0, os.kill, (victim, signal.SIGCONT)).start()
+    stop_process(victim)
+    resume = threading.Timer(3.0, os.kill, (victim, signal.SIGCONT))
+    resume.start()
     t0 = time.perf_counter()
     out = manager.reset_envs_to_state_ids(np.arange(4, 8))
+    resume.join()  # the SIGCONT goes to this manager's shard, never to a later owner of its pid
     assert time.perf_counter() - t0 > 2.9
     assert not out.infos["sim_restarted"].any() and manager.stats.restarts == 0
     assert manager.shard_pids()[2] == victim

@@ -23,7 +23,7 @@ import numpy as np
 
 from envfleet.dataproto import DataProto
 
-from ..conftest import pid_alive, shm_segments
+from ..conftest import pid_alive, shm_segments, stop_process
 
 CHAOS = os.environ.get("ENVFLEET_CHAOS") == "1"
 
@@ -163,7 +163,10 @@ def kill_random_shard(group: Any, rng: random.Random, sig: int = signal.SIGKILL,
 
 def _signal(pid: int, sig: int) -> None:
     try:
-        os.kill(pid, sig)
+        if sig == signal.SIGSTOP:
+            stop_process(pid)  # the shard hangs from here on, not from whenever it takes the signal
+        else:
+            os.kill(pid, sig)
     except ProcessLookupError:
         pass
 

@@ -5,7 +5,6 @@ time per shard, and leaves no process or shared memory behind."""
 from __future__ import annotations
 
 import os
-import signal
 import time
 
 import numpy as np
@@ -13,7 +12,7 @@ import numpy as np
 from envfleet.config import load_config
 from envfleet.shards.manager import ProcessEnvManager
 
-from ..conftest import shm_segments
+from ..conftest import shm_segments, stop_process
 from .harness import FaultReport, check_leaks
 
 SHARDS = 4
@@ -38,7 +37,7 @@ def test_every_shard_of_a_stage_hung_recovers_in_one_deadline_and_one_build() ->
         hung = [int(p) for p in mgr.shard_pids() if p is not None]
         assert len(hung) == SHARDS
         for pid in hung:
-            os.kill(pid, signal.SIGSTOP)
+            stop_process(pid)
         report.faults_injected = SHARDS
         t0 = time.monotonic()
         out = mgr.chunk_step(np.zeros((SHARDS, 2, 7), dtype=np.float32))

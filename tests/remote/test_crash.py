@@ -14,6 +14,7 @@ from envfleet import ProcessEnvManager
 from envfleet.remote import RemoteConnectionError, RemoteEnvManager
 from envfleet.remote.wire import Frame, FrameLimits, read_frame, write_frame
 
+from ..conftest import stop_process
 from .servetools import TOKEN, local_cfg, serve, wait_for
 
 
@@ -55,7 +56,7 @@ def test_stalled_server_trips_the_client_deadline(tmp_path, no_leaks) -> None:
     try:
         mgr.start_simulator()
         mgr.reset_envs_to_state_ids(np.arange(4))
-        served.proc.send_signal(signal.SIGSTOP)
+        stop_process(served.proc.pid)  # every thread stopped, not only the signal queued
         t0 = time.time()
         with pytest.raises(RemoteConnectionError):
             mgr.chunk_step(_actions())

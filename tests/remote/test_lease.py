@@ -14,6 +14,7 @@ import pytest
 from envfleet import ProcessEnvManager
 from envfleet.remote import RemoteEnvManager, RemoteRefusedError, RemoteStageLostError
 
+from ..conftest import stop_process
 from .servetools import TOKEN, local_cfg, serve, wait_for
 from .test_serve import _actions, assert_same_results, run_episode
 
@@ -52,7 +53,7 @@ except RemoteStageLostError as exc:
     client = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert client.stdout is not None and client.stdin is not None and client.stdout.readline().strip() == "ready"
-        client.send_signal(signal.SIGSTOP)  # a trainer paused in a debugger: the kernel still answers for its socket
+        stop_process(client.pid)  # a trainer paused in a debugger: the kernel still answers for its socket
         stopped = time.time()
         assert _busy(served.address), "the stage is held while the lease runs"
         wait_for(lambda: "freed: no request for" in served.log(), 3 * LEASE, "the stopped client's stage freed")
