@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -17,7 +18,9 @@ from envfleet.config import load_config
 
 from ..conftest import child_pids, pid_alive, shm_segments
 
-TOKEN = "remote-test-token-0123456789"
+#: The token of this test process's servers: its own, so that no server of a test on another
+#: pytest worker would welcome this process's clients, should one reach its port.
+TOKEN = f"remote-test-token-{os.getpid()}-{secrets.token_hex(8)}"
 
 #: The toy stage every remote test serves unless it says otherwise: small images, a fixed chunk.
 TOY = (
