@@ -85,7 +85,7 @@ def test_incomplete_suite_is_refused_at_config_load_naming_the_gap(suite: str, g
 def test_unknown_suite_lists_the_served_ones() -> None:
     with pytest.raises(
         ConfigError,
-        match="not a LIBERO or LIBERO-PRO suite for simulator_type libero. Did you mean 'libero_goal_task'[?] Use one of .*libero_10_task",
+        match="not a LIBERO, LIBERO-PRO or LIBERO-plus suite for simulator_type libero. Did you mean 'libero_goal_task'[?] Use one of .*libero_10_task",
     ):
         _config("libero_goal_taks")
 

@@ -59,7 +59,7 @@ from .gl import configure_gl
 from .plugin import DEFAULT_MAX_EPISODE_STEPS, camera_names, check_suite, observation_spec, physics_mode
 from .scenes import scene_cache
 from .sim import LiberoSim, _log
-from .suites import SuiteIndex, TaskInfo, instruction_source
+from .suites import SuiteIndex, TaskInfo, suite_index
 
 # Imports inside functions: robosuite loads in the shard only, when an env is built: listing backends and the
 # parent stay light.
@@ -107,7 +107,7 @@ class LiberoEnv(BatchedEnv):
         self.physics = physics_mode(cfg)
         self._spec = observation_spec(cfg, self.num_envs)
         t0 = time.perf_counter()
-        self.suite = SuiteIndex(self.suite_name, instruction_source(cfg))
+        self.suite = suite_index(cfg)
         _log(
             f"suite {self.suite_name}: {len(self.suite.tasks)} tasks, {self.suite.num_states} states (read in {time.perf_counter() - t0:.1f} s)"
         )
@@ -251,7 +251,7 @@ class LiberoEnv(BatchedEnv):
         obs = sim.reset(
             self.suite.tasks[task].init_states[trial], self.seed, self.settle_steps, self.render_all, settle_action=self.settle_action
         )
-        self._write_obs(i, obs, images=True)
+        self._write_obs(i, obs, images=True, state_id=sid, step=0)
         # LIBERO's initial states should never already solve the task; report it if one does.
         self.tracker.begin(np.array([i]), np.array([sid]), np.array([task]), np.array([bool(sim.check_success())]))
 
@@ -277,15 +277,24 @@ class LiberoEnv(BatchedEnv):
             obs = sim.step(action, render=True)
             success = sim.check_success()
             render = True
-        self._write_obs(i, obs, images=render)
+        self._write_obs(i, obs, images=render, state_id=int(t.state_ids[i]), step=int(t.length[i]) + 1)
         return success
 
-    def _write_obs(self, i: int, obs: dict[str, Any], images: bool) -> None:
+    def _write_obs(self, i: int, obs: dict[str, Any], images: bool, state_id: int, step: int) -> None:
+        """Env ``i``'s observation; ``step``: the episode's step it is from (0 after the reset)."""
         self.obs["state"][i] = make_state8(obs)
         if not images:
             return
+        sim = self.sims[i]
+        noise = 0 if sim is None or sim.task.plus is None else int(sim.task.plus.noise)
         for key, cam in zip(("full_image", "wrist_image"), self.cameras):
             img = obs[f"{cam}_image"]
+            if noise and cam == "agentview":
+                from .plus.noise import corrupt, frame_rng
+
+                # LIBERO-plus corrupts the agentview image only, as robosuite renders it (before any flip);
+                # seeded by the state id and the step, so a frame is the same in any run and render mode.
+                img = corrupt(img, noise, frame_rng(self.seed, state_id, step))
             # robosuite images are in OpenGL order (bottom row first); VLA pipelines rotate by 180 degrees.
             self.obs[key][i] = img[::-1, ::-1] if self.flip else img
 

@@ -8,7 +8,7 @@ where the renderer's GL context must be created).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from envfleet.env import ArraySpec, ObservationSpec
@@ -17,6 +17,7 @@ from envfleet.plugins import BackendRegistry, BackendSpec, backend_section, hook
 
 from .actions import SETTLE_ACTIONS
 from .layout import default_layout
+from .plus.config import PlusConfig
 from .protocols import load_protocols
 from .suites import SUITE_HORIZONS, check_suite, instruction_source
 
@@ -62,6 +63,8 @@ class LiberoConfig:
     # the no-op of the settle steps: open (LIBERO's evaluations: gripper -1) or zeros (verl-vla's LIBERO env: gripper 0)
     settle_action: str = "open"
     physics: str = "fast"  # fast: one MuJoCo forward pass per sub-step (bit-identical to LIBERO's); libero: LIBERO's own env.step
+    # the libero_plus_* suites: which LIBERO-plus tasks run (dimensions, task ids, trials) and its assets folder
+    plus: PlusConfig = field(default_factory=PlusConfig)
 
 
 def camera_names(cfg: Any) -> list[str]:

@@ -346,22 +346,47 @@ class _DenseTask:
             self._envfleet_cache.release(scene)
 
 
-_DENSE_CLASSES: dict[tuple[type, int], type] = {}
+class _PerturbedCamera:
+    """LIBERO-plus's camera perturbation (:mod:`.plus.camera`), mixed in where a task has a view."""
+
+    _envfleet_view: tuple[int, int, int, int, int]
+
+    def _setup_camera(self, mujoco_arena: Any) -> None:
+        from robosuite.utils.mjcf_utils import find_elements, string_to_array
+
+        from .plus.camera import perturbed_pose
+
+        super()._setup_camera(mujoco_arena)  # type: ignore[misc]
+        # The task's own agentview pose, as its problem class set it, moved as LIBERO-plus moves it.
+        cam = find_elements(root=mujoco_arena.worldbody, tags="camera", attribs={"name": "agentview"}, return_first=True)
+        pos, quat = perturbed_pose(string_to_array(cam.get("pos")), string_to_array(cam.get("quat")), self._envfleet_view)
+        mujoco_arena.set_camera(camera_name="agentview", pos=pos.tolist(), quat=quat.tolist())
 
 
-def dense_task_class(task_class: type, cache: SceneCache) -> type:
-    """``task_class`` (one of LIBERO's ``TASK_MAPPING``) with its scene taken from ``cache``."""
-    key = (task_class, id(cache))
+_DENSE_CLASSES: dict[tuple[type, int, tuple[int, ...] | None], type] = {}
+
+
+def dense_task_class(task_class: type, cache: SceneCache, view: tuple[int, int, int, int, int] | None = None) -> type:
+    """``task_class`` (one of LIBERO's ``TASK_MAPPING``) with its scene taken from ``cache``.
+
+    :param view: a LIBERO-plus camera view ``(H, V, S, R, E)``: the agentview camera is moved so
+        (the model's XML differs, so the task compiles a scene of its own).
+    """
+    key = (task_class, id(cache), view)
     cls = _DENSE_CLASSES.get(key)
     if cls is None:
         # The same name: LIBERO checks the BDDL problem name against the class name.
-        cls = type(task_class.__name__, (_DenseTask, task_class), {"_envfleet_cache": cache, "__module__": __name__})
+        attrs: dict[str, Any] = {"_envfleet_cache": cache, "__module__": __name__}
+        bases: tuple[type, ...] = (_DenseTask, task_class)
+        if view is not None:
+            bases, attrs["_envfleet_view"] = (_DenseTask, _PerturbedCamera, task_class), tuple(view)
+        cls = type(task_class.__name__, bases, attrs)
         _DENSE_CLASSES[key] = cls
     return cls
 
 
 @contextmanager
-def building_dense(problem_name: str, cache: SceneCache) -> Iterator[None]:
+def building_dense(problem_name: str, cache: SceneCache, view: tuple[int, int, int, int, int] | None = None) -> Iterator[None]:
     """While inside, LIBERO's env wrapper builds ``problem_name`` as its dense class.
 
     LIBERO's ``ControlEnv`` looks its task class up in ``TASK_MAPPING`` and passes it the
@@ -373,7 +398,7 @@ def building_dense(problem_name: str, cache: SceneCache) -> Iterator[None]:
 
     mapping = env_wrapper.TASK_MAPPING
     original = mapping[problem_name]
-    mapping[problem_name] = dense_task_class(original, cache)
+    mapping[problem_name] = dense_task_class(original, cache, view)
     try:
         with cache.quiet_renders():
             yield

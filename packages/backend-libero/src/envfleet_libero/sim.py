@@ -52,7 +52,9 @@ class LiberoSim:
         _log(f"building task {task.index} ({task.name})")
         # LIBERO's own wrapper and arguments; only the task class is its dense variant, which
         # takes the compiled model and render context from the process's scene cache.
-        with building_dense(get_problem_info(task.bddl_file)["problem_name"], self.scenes):
+        plus = task.plus
+        view = None if plus is None else plus.view
+        with building_dense(get_problem_info(task.bddl_file)["problem_name"], self.scenes, view):
             # ignore_done: robosuite would refuse to step past its horizon (1000 steps); episode
             # length is envfleet's business (max_episode_steps). It changes nothing else.
             self.env = OffScreenRenderEnv(
@@ -63,6 +65,16 @@ class LiberoSim:
                 ignore_done=True,
             )
         self.renv = self.env.env  # the robosuite env inside LIBERO's wrapper
+        #: LIBERO-plus's robot start configuration (0: LIBERO's), :mod:`.plus.robot`.
+        self.robot_start = 0 if plus is None else int(plus.robot_start)
+        if self.robot_start:
+            from .plus.robot import start_qpos
+
+            # The robot is built with the configuration as its start, as LIBERO-plus's robot class has it:
+            # robosuite then takes it as the controller's rest pose (OSC's nullspace target) at every reset.
+            qpos = start_qpos(self.robot_start)
+            self.renv.robot_configs[0]["initial_qpos"] = qpos
+            self.renv.robots[0].init_qpos = qpos
         # The constructor placed the fixtures from an unseeded draw; envs already on this
         # scene must keep seeing the seeded pose.
         if self.scene.fixture_pose is not None:
@@ -153,6 +165,11 @@ class LiberoSim:
             finally:
                 self.skip_render = False
         self._install_render_switch()
+        if self.robot_start:
+            from .plus.robot import offset_init_state
+
+            # LIBERO's initial state holds the arm's joints too: moved by the start's offset, the robot start survives it.
+            init_state = offset_init_state(init_state, self.renv.robots[0]._ref_joint_pos_indexes, self.robot_start)
         self.skip_render = not render_all and (settle_steps > 0 or not render_final)
         try:
             obs = self.env.set_init_state(init_state)

@@ -9,7 +9,10 @@ Served here (each a ``train.task_suite_name``):
   positions exchanged) and ``<base>_task`` (a new task: the instruction and the BDDL
   ``(:goal ...)`` rewritten), 16 suites;
 - the distractor suites whose files and assets the package ships complete:
-  ``*_with_mug``, ``*_with_yellow_book``, ``*_with_milk`` and ``libero_study_table``.
+  ``*_with_mug``, ``*_with_yellow_book``, ``*_with_milk`` and ``libero_study_table``;
+- LIBERO-plus's perturbations of the four 10-task suites, ``libero_plus_spatial``,
+  ``libero_plus_object``, ``libero_plus_goal`` and ``libero_plus_10`` (:mod:`.plus`), their tasks
+  chosen by ``train.libero.plus``.
 
 Each has its own BDDL files and ``.pruned_init.npz`` initial states; its horizon is that
 of the suite it perturbs. Suites the package registers but ships incomplete (missing
@@ -42,6 +45,8 @@ import numpy as np
 from envfleet.errors import ConfigError
 from envfleet.plugins import backend_section
 
+from .plus.data import PLUS_SUITES, load_init_states
+
 # Imports inside functions: LIBERO's benchmark tables, LIBERO-PRO's states and bddl load when a suite is read
 # (in the shard, or the doctor), not when backends are listed.
 
@@ -51,6 +56,7 @@ __all__ = [
     "DISTRACTOR_SUITES",
     "SUITE_HORIZONS",
     "SUITES",
+    "PLUS_SUITES",
     "INSTRUCTION_SOURCES",
     "base_suite",
     "default_instruction_source",
@@ -60,6 +66,7 @@ __all__ = [
     "bddl_language",
     "TaskInfo",
     "SuiteIndex",
+    "suite_index",
 ]
 
 #: LIBERO's suites and their horizons: the step budgets of OpenVLA's LIBERO evaluation
@@ -86,7 +93,7 @@ DISTRACTOR_SUITES: dict[str, str] = {
 }
 
 _PERTURBED: dict[str, str] = {f"libero_{b}_{p}": f"libero_{b}" for b in ("spatial", "object", "goal", "10") for p in PERTURBATIONS}
-_BASE: dict[str, str] = {**{s: s for s in BASE_HORIZONS}, **_PERTURBED, **DISTRACTOR_SUITES}
+_BASE: dict[str, str] = {**{s: s for s in BASE_HORIZONS}, **_PERTURBED, **DISTRACTOR_SUITES, **PLUS_SUITES}
 
 #: Every served suite and its default horizon (its base suite's).
 SUITE_HORIZONS: dict[str, int] = {name: BASE_HORIZONS[base] for name, base in _BASE.items()}
@@ -103,7 +110,7 @@ def base_suite(suite: str) -> str:
 
 
 def default_instruction_source(suite: str) -> str:
-    """``task_language`` for LIBERO's own suites, ``bddl_language`` for LIBERO-PRO's."""
+    """``task_language`` for LIBERO's own suites, ``bddl_language`` for LIBERO-PRO's and LIBERO-plus's."""
     return "task_language" if suite in BASE_HORIZONS else "bddl_language"
 
 
@@ -113,6 +120,12 @@ def instruction_source(cfg: Any) -> str:
     value = section.get("instruction_source")
     if value is None:
         return default_instruction_source(check_suite(cfg))
+    if value == "task_language" and cfg.task_suite_name in PLUS_SUITES:
+        raise ConfigError(
+            "config key 'train.libero.instruction_source' is 'task_language', which a libero_plus_* suite does not offer: "
+            "LIBERO-plus's task names carry the perturbation's suffix ('... view 0 0 100 0 0 initstate 1'); its tasks show "
+            "the BDDL's (:language ...). Remove the key or set it to bddl_language"
+        )
     if value not in INSTRUCTION_SOURCES:
         raise ConfigError(
             f"config key 'train.libero.instruction_source' must be one of {list(INSTRUCTION_SOURCES)} or null "
@@ -128,12 +141,17 @@ def check_suite(cfg: Any) -> str:
     object assets); a LIBERO-PRO suite the package ships incomplete is named with what it lacks.
     """
     suite = cfg.task_suite_name
+    if suite in PLUS_SUITES:
+        from .plus.config import plus_selection  # the plus data is read only for a plus suite
+
+        plus_selection(cfg)  # its own ConfigErrors: dimensions, task ids, assets, the data package
+        return str(suite)
     if suite in SUITE_HORIZONS:
         missing = audit_suite(str(suite))
     elif suite is not None and _registered(str(suite)):
         missing = audit_suite(str(suite)) or ["it has no base suite this backend knows the horizon of"]
     else:
-        what = "is required" if suite is None else f"is {suite!r}, which is not a LIBERO or LIBERO-PRO suite"
+        what = "is required" if suite is None else f"is {suite!r}, which is not a LIBERO, LIBERO-PRO or LIBERO-plus suite"
         close = difflib.get_close_matches(str(suite), SUITES, n=1) if suite is not None else []
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ConfigError(f"config key 'train.task_suite_name' {what} for simulator_type libero.{hint} Use one of {', '.join(SUITES)}")
@@ -220,6 +238,7 @@ class TaskInfo:
     init_states: np.ndarray  # float64 [trials, state_dim], MuJoCo flattened (time, qpos, qvel)
     bddl_language: str = ""  # the BDDL's (:language ...), env.language_instruction
     instruction: str = ""  # what the policy is shown: one of the two, by the instruction source
+    plus: Any = None  # a LIBERO-plus task (plus.data.PlusTask): its dimension and perturbations; None for other suites
 
 
 class SuiteIndex:
@@ -232,18 +251,19 @@ class SuiteIndex:
     :param source: the instruction source (:data:`INSTRUCTION_SOURCES`); ``None``: the suite's default.
     """
 
-    def __init__(self, suite: str, source: str | None = None) -> None:
+    def __init__(self, suite: str, source: str | None = None, tasks: list[TaskInfo] | None = None) -> None:
         self.suite = suite
         self.instruction_source = source or default_instruction_source(suite)
-        bench = _benchmark(suite)
-        self.tasks: list[TaskInfo] = []
-        for i in range(bench.get_num_tasks()):
-            task = bench.get_task(i)
-            bddl = bench.get_task_bddl_file_path(i)
-            states = np.asarray(bench.get_task_init_states(i), dtype=np.float64)
-            bddl_lang = bddl_language(bddl)
-            shown = bddl_lang if self.instruction_source == "bddl_language" else task.language
-            self.tasks.append(TaskInfo(i, task.name, task.language, bddl, states, bddl_lang, shown))
+        self.tasks: list[TaskInfo] = list(tasks) if tasks is not None else []
+        if tasks is None:
+            bench = _benchmark(suite)
+            for i in range(bench.get_num_tasks()):
+                task = bench.get_task(i)
+                bddl = bench.get_task_bddl_file_path(i)
+                states = np.asarray(bench.get_task_init_states(i), dtype=np.float64)
+                bddl_lang = bddl_language(bddl)
+                shown = bddl_lang if self.instruction_source == "bddl_language" else task.language
+                self.tasks.append(TaskInfo(i, task.name, task.language, bddl, states, bddl_lang, shown))
         counts = np.array([len(t.init_states) for t in self.tasks], dtype=np.int64)
         self.first_id = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         self.num_states = int(counts.sum())
@@ -261,3 +281,34 @@ class SuiteIndex:
         """``(task, trial)`` of a state id."""
         task = int(self._task_of[state_id])
         return task, int(state_id - self.first_id[task])
+
+
+def suite_index(cfg: Any) -> SuiteIndex:
+    """The :class:`SuiteIndex` of env section ``cfg``: its suite's tasks, or a LIBERO-plus selection's.
+
+    A LIBERO-plus task's instruction is its BDDL's ``(:language ...)`` whatever the instruction
+    source: LIBERO-plus's task names carry the perturbation's suffix ("... view 0 0 100 0 0
+    initstate 1"), which is no instruction. Its initial states are its file's, the first
+    ``train.libero.plus.trials`` of them.
+    """
+    suite = check_suite(cfg)
+    source = instruction_source(cfg)
+    if suite not in PLUS_SUITES:
+        return SuiteIndex(suite, source)
+    from .plus.config import plus_selection
+
+    selection = plus_selection(cfg)
+    tasks = []
+    for i, plus in enumerate(selection.tasks):
+        states = load_init_states(plus.init_file)
+        if selection.trials is not None:
+            states = states[: selection.trials]
+        language = _bddl_language_cached(plus.bddl_file)
+        tasks.append(TaskInfo(i, plus.name, language, plus.bddl_file, states, language, language, plus))
+    return SuiteIndex(suite, "bddl_language", tasks)
+
+
+@functools.lru_cache(maxsize=4096)
+def _bddl_language_cached(bddl_file: str) -> str:
+    # LIBERO-plus's view tasks share their base task's BDDL: parsed once per file.
+    return bddl_language(bddl_file)
