@@ -158,7 +158,8 @@ def _load(**train: Any) -> Any:
 
 
 def test_every_shipped_protocol_is_tested() -> None:
-    assert set(load_protocols()) == set(EXPECTED)
+    # libero-plus covers the libero_plus_* suites only: tests/libero_plus/test_plus_data.py checks it.
+    assert set(load_protocols()) == set(EXPECTED) | {"libero-plus"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

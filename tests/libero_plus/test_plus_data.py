@@ -170,3 +170,25 @@ def test_missing_data_package_names_the_package_and_command(monkeypatch: pytest.
     finally:
         monkeypatch.undo()
         plus_data.data_root.cache_clear()
+
+
+def test_libero_plus_protocol_sets_one_trial_and_the_base_horizons() -> None:
+    from envfleet.named_protocols import leaves
+    from envfleet_libero.protocols import load_protocols
+
+    proto = load_protocols()["libero-plus"]
+    assert proto["sources"][0]["repo"] == "sylvestf/LIBERO-plus" and len(proto["sources"][0]["commit"]) == 40
+    assert leaves(proto["sets"])["libero.plus.trials"] == 1
+    assert leaves(proto["sets"])["libero.instruction_source"] == "bddl_language"
+    horizons = {"libero_plus_spatial": 220, "libero_plus_object": 280, "libero_plus_goal": 300, "libero_plus_10": 520}
+    assert {s: e["max_episode_steps"] for s, e in proto["by_suite"].items()} == horizons
+    for suite, horizon in horizons.items():
+        train = _cfg(suite, dimensions=["robot"]).train
+        cfg = load_config(data={"train": {**_plain(train), "protocol": "libero-plus"}}).train
+        assert cfg.max_episode_steps == horizon and cfg.libero.plus.trials == 1 and cfg.settle_steps == 10
+    with pytest.raises(ConfigError, match="which protocol 'libero-plus' does not cover"):
+        load_config(data={"train": {"simulator_type": "libero", "task_suite_name": "libero_goal", "protocol": "libero-plus"}})
+
+
+def _plain(train: Any) -> dict[str, Any]:
+    return {"simulator_type": "libero", "task_suite_name": train.task_suite_name, "num_envs": 1, "libero": {"plus": {"dimensions": ["robot"]}}}

@@ -17,7 +17,8 @@ from envfleet.plugins import BackendRegistry, BackendSpec, backend_section, hook
 
 from .actions import SETTLE_ACTIONS
 from .layout import default_layout
-from .plus.config import PlusConfig
+from .plus.config import PlusConfig, plus_selection
+from .plus.data import PLUS_SUITES
 from .protocols import load_protocols
 from .suites import SUITE_HORIZONS, check_suite, instruction_source
 
@@ -31,6 +32,8 @@ __all__ = [
     "envs_per_process",
     "default_max_episode_steps",
     "protocol_parts",
+    "task_groups",
+    "config_findings",
     "physics_mode",
     "observation_spec",
     "envfleet_register_backends",
@@ -97,8 +100,39 @@ def default_max_episode_steps(cfg: Any) -> int:
 
 
 def protocol_parts(cfg: Any) -> dict[str, Any]:
-    """What of ``train.libero`` decides a result: the instruction source (for the fingerprint)."""
-    return {"instruction_source": instruction_source(cfg)}
+    """What of ``train.libero`` decides a result: the instruction source, and for a LIBERO-plus suite the
+    dimensions run, the trials, whether the assets folder was there and what was skipped (for the fingerprint)."""
+    parts: dict[str, Any] = {"instruction_source": instruction_source(cfg)}
+    if check_suite(cfg) in PLUS_SUITES:
+        parts["plus"] = plus_selection(cfg).record()
+    return parts
+
+
+def config_findings(cfg: Any) -> list[tuple[str, str, str]]:
+    """``envfleet doctor --config``: for a LIBERO-plus suite, which dimensions this install runs, and the assets folder."""
+    if cfg.task_suite_name not in PLUS_SUITES:
+        return []
+    from .plus.data import ASSETS_URL, DIMENSIONS, plus_tasks
+
+    tasks = plus_tasks(str(cfg.task_suite_name))
+    selection = plus_selection(cfg)
+    out = []
+    for dim in DIMENSIONS:
+        total = sum(t.dimension == dim for t in tasks)
+        ready = sum(t.dimension == dim and not t.needs_assets for t in tasks)
+        status = "ok" if ready == total else "warn"  # not a failure: a config that asks for them is refused at load
+        fix = "" if ready == total else f"unpack LIBERO-plus's assets.zip ({ASSETS_URL}) and set train.libero.plus.assets"
+        out.append((status, f"{cfg.task_suite_name} {dim}: {ready} of {total} tasks run with LIBERO's assets", fix))
+    where = selection.assets or "not set"
+    out.append(("ok", f"{cfg.task_suite_name}: this config runs {len(selection.tasks)} tasks; assets folder {where}", ""))
+    return out
+
+
+def task_groups(cfg: Any) -> dict[int, str]:
+    """Each task's LIBERO-plus dimension, by task id, for the per-dimension success rates; empty for other suites."""
+    if check_suite(cfg) not in PLUS_SUITES:
+        return {}
+    return {i: task.dimension for i, task in enumerate(plus_selection(cfg).tasks)}
 
 
 def physics_mode(cfg: Any) -> str:
@@ -162,6 +196,8 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             # compiled model and the render context (docs: "Dense envs").
             envs_per_process=envs_per_process,
             protocol_parts=protocol_parts,
+            task_groups=task_groups,
+            config_findings=config_findings,
             protocols=load_protocols,
             action_dim=7,
             max_episode_steps=default_max_episode_steps,
@@ -174,6 +210,6 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             control_fps=20,
             substep_observations=True,
             package="envfleet-libero",
-            description="LIBERO and LIBERO-PRO suites (robosuite 1.4 / MuJoCo), exact initial states, render only what is read",
+            description="LIBERO, LIBERO-PRO and LIBERO-plus suites (robosuite 1.4 / MuJoCo), exact initial states, render only what is read",
         )
     )

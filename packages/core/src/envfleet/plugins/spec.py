@@ -108,6 +108,9 @@ class BackendSpec:
         fingerprint under the backend's name. ``None``: nothing of it does.
     :param protocols: ``() -> {name: protocol}``: the named evaluation protocols the backend ships,
         selected with ``train.protocol`` (format: :mod:`envfleet.named_protocols`). ``None``: none.
+    :param task_groups: ``(cfg) -> {task id: group}``: a grouping of the tasks under env section ``cfg``
+        that results are also reported by (LIBERO-plus: each task's perturbation dimension), with a
+        success rate per group beside the whole. ``None``: none.
     :param action_dim: the action size the backend expects, when fixed (also the default of
         ``actor.model.action_dim``).
     :param action_dim_for: ``(cfg) -> int | None``: the action size under env section ``cfg``, for a
@@ -160,6 +163,7 @@ class BackendSpec:
     envs_per_process: int | Callable[[Any], int | None] | None = 1
     protocol_parts: Callable[[Any], Mapping[str, Any]] | None = None
     protocols: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
+    task_groups: Callable[[Any], Mapping[int, str]] | None = None
     action_dim: int | None = None
     action_dim_for: Callable[[Any], int | None] | None = None
     action_check: Callable[[Any], Callable[[Any], None]] | None = None

@@ -34,7 +34,7 @@ from typing import Any
 from envfleet.errors import InvalidInputError
 
 from .families import family_lines
-from .intervals import diff_cell, rate_cell
+from .intervals import diff_cell, group_counts, rate_cell
 from .paired import paired_lines
 
 __all__ = [
@@ -166,6 +166,12 @@ def compare(a: dict[str, Any], b: dict[str, Any], allow: Sequence[str] = (), met
         for i, v in enumerate((ka, na, kb, nb)):
             totals[i] += v or 0
     lines.append(f"{'all':>5}  {rate_cell(totals[0], totals[1])}  {rate_cell(totals[2], totals[3])}  {diff_cell(*totals)}")
+    ga, gb = group_counts(a["per_task"], key), group_counts(b["per_task"], key)
+    if ga or gb:
+        lines.append(f"{'group':>12}  {'A: k/n rate [95% CI]':>27}  {'B: k/n rate [95% CI]':>27}  {'B - A [95% CI]':>22}")
+        for group in [*ga, *(g for g in gb if g not in ga)]:
+            (ka, na), (kb, nb) = ga.get(group, (None, None)), gb.get(group, (None, None))
+            lines.append(f"{group:>12}  {rate_cell(ka, na)}  {rate_cell(kb, nb)}  {diff_cell(ka, na, kb, nb)}")
     return 0, lines
 
 

@@ -10,8 +10,10 @@ they read alike.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["wilson", "newcombe", "rate_cell", "diff_cell"]
+__all__ = ["wilson", "newcombe", "rate_cell", "diff_cell", "group_counts"]
 
 _Z95 = 1.959963984540054
 
@@ -52,3 +54,16 @@ def diff_cell(ka: int | None, na: int | None, kb: int | None, nb: int | None) ->
         return f"{'-':>22}"
     lo, hi = newcombe(ka, na, kb, nb)
     return f"{kb / nb - ka / na:>+6.2f} [{lo:+.2f}, {hi:+.2f}]"
+
+
+def group_counts(per_task: Mapping[Any, Mapping[str, Any]], key: str = "successes") -> dict[str, tuple[int, int]]:
+    """``{group: (k, n)}``: the per-task rows that carry a ``group`` (a backend's grouping of its tasks,
+    e.g. LIBERO-plus's perturbation dimension), summed per group in the order groups first appear."""
+    out: dict[str, tuple[int, int]] = {}
+    for row in per_task.values():
+        group = row.get("group")
+        if group is None:
+            continue
+        k, n = out.get(str(group), (0, 0))
+        out[str(group)] = (k + int(row.get(key, 0)), n + int(row["episodes"]))
+    return out

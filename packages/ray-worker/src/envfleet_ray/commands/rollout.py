@@ -163,6 +163,7 @@ def _summary(args: argparse.Namespace, cfg: Any, stats: Any, metrics: dict[str, 
 
     total = metrics["total"]
     episodes = total["episodes"]
+    per_task = _with_groups(cfg, {str(t): dict(row) for t, row in sorted(total["per_task"].items())})
     return {
         "backend": str(cfg.train.simulator_type),
         "task_suite_name": cfg.train.task_suite_name,
@@ -180,7 +181,8 @@ def _summary(args: argparse.Namespace, cfg: Any, stats: Any, metrics: dict[str, 
         "env_steps_per_s": round(EnvLoop.steps_per_s(stats), 3),
         "episodes": episodes,
         "success_rate": (total["successes"] / episodes) if episodes else 0.0,
-        "per_task": {str(t): row for t, row in sorted(total["per_task"].items())},
+        "per_task": per_task,
+        "per_group": _group_rows(per_task),
         "fingerprint": total["fingerprint"],
         "warnings": total["warnings"],
         "videos": sorted(total["videos"]),
@@ -190,6 +192,31 @@ def _summary(args: argparse.Namespace, cfg: Any, stats: Any, metrics: dict[str, 
         "time": {k: round(v, 3) for k, v in total["time"].items()}
         | {"policy_s": round(stats.policy_s, 3), "driver_wait_s": round(stats.wait_s, 3)},
     }
+
+
+def _with_groups(cfg: Any, per_task: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each task row with its ``group``, where the backend groups its tasks (``BackendSpec.task_groups``)."""
+    from envfleet.plugins import get_backend
+
+    groups = get_backend(str(cfg.train.simulator_type)).task_groups
+    if groups is None:
+        return per_task
+    of = groups(cfg.train)
+    for task, row in per_task.items():
+        row["group"] = of.get(int(task))
+    return per_task
+
+
+def _group_rows(per_task: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per group: episodes, successes (any step and at the end), the rate and its 95% Wilson interval."""
+    from .intervals import group_counts, wilson
+
+    at_end = group_counts(per_task, "successes_at_end")
+    out = {}
+    for group, (k, n) in group_counts(per_task).items():
+        lo, hi = wilson(k, n)
+        out[group] = {"episodes": n, "successes": k, "successes_at_end": at_end[group][0], "success_rate": k / n if n else 0.0, "ci95": [lo, hi]}
+    return out
 
 
 def _print_report(summary: dict[str, Any], stats: Any, out_dir: str) -> None:
@@ -202,6 +229,13 @@ def _print_report(summary: dict[str, Any], stats: Any, out_dir: str) -> None:
         )
     if not summary["per_task"]:
         print("  (no episode finished within the steps run)")
+    if summary.get("per_group"):
+        from .intervals import rate_cell
+
+        print(f"\n{'group':>12}  {'success any: k/n rate [95% CI]':>30}")
+        for group, row in summary["per_group"].items():
+            print(f"{group:>12}  {rate_cell(row['successes'], row['episodes']):>30}")
+        print(f"{'all':>12}  {rate_cell(sum(r['successes'] for r in summary['per_group'].values()), sum(r['episodes'] for r in summary['per_group'].values())):>30}")
     fp = summary["fingerprint"]
     if fp is not None:
         print(f"protocol fingerprint {fp['hash']} (summary.json has what it covers)")
