@@ -25,6 +25,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .errors import ConfigError
+from .execution import ExecutionConfig, check_execution
 from .named_protocols import protocol_layers
 from .options import OPTIONAL_KEYS, ActionTransform, RenderMode
 from .plugins import BackendSpec, get_backend, list_backends
@@ -134,6 +135,7 @@ class EnvConfig:
     init_params: InitParamsConfig = field(default_factory=InitParamsConfig)
     video_cfg: VideoConfig = field(default_factory=VideoConfig)
     record: RecordConfig = field(default_factory=RecordConfig)  # datasets of the finished episodes (docs/recording.md)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)  # which action runs at which sub-step (docs/concepts.md)
     # Accepted so that a verl env yaml loads; envfleet does not use them.
     only_eval: bool = False
     isaac_server_mode: bool = False
@@ -411,6 +413,8 @@ def _check_model(result: dict[str, Any], user: DictConfig, lookup: Callable[[str
         raise ConfigError(f"config keys 'actor.model.num_action_chunks' and 'actor.model.action_dim' must be >= 1, got {model}")
     for section in ("train", "val"):
         spec = lookup(result[section]["simulator_type"])
+        execution = OmegaConf.create(result[section]["execution"])
+        check_execution(execution, f"{section}.", model["num_action_chunks"], spec.control_fps, spec.name)
         dim = dims[section]
         if dim is not None and dim != model["action_dim"]:
             raise ConfigError(

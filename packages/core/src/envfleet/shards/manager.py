@@ -32,7 +32,8 @@ import numpy as np
 from omegaconf import DictConfig
 
 from ..env import ChunkStepResult, EnvContext, ResetResult
-from ..errors import ClosedEnvironmentError, ConfigError, SimulatorStoppedError
+from ..errors import ClosedEnvironmentError, ConfigError, InvalidInputError, SimulatorStoppedError
+from ..execution import Schedule, is_realtime
 from ..options import Mode
 from ..plugins import BackendSpec, get_backend
 from ..recording.stage import stage_recorder
@@ -108,6 +109,15 @@ class ProcessEnvManager:
         self.start_timeout_s = self._calls.start_timeout_s
         self.reset_timeout_s = self._calls.reset_timeout_s
         self._ready = FirstReady(self._calls, self._replies, self.obs_spec, self.action_dim, self.num_action_chunks)
+        stream = (self.rank, self.stage_id, 0 if self.mode == "train" else 1)
+        self._schedule = _schedule(self.env_cfg, self.num_envs, self.action_dim, self.num_action_chunks, stream, self.spec)
+        if self._schedule is not None and self._dataset is not None and self._dataset.substep_spec:
+            if self._schedule.steps_per_call != self.num_action_chunks:
+                raise ConfigError(
+                    f"{self.mode}.record.frames: step records actor.model.num_action_chunks ({self.num_action_chunks}) frames a call, "
+                    f"but {self.mode}.execution runs {self._schedule.steps_per_call} sub-steps a call (horizon, interpolation or "
+                    "serial smoothing): record per chunk (frames: chunk), or keep the chunk's length"
+                )
         self._recorder: Any = None
         if self.env_cfg.video_cfg.save_video:
             self._recorder = VideoRecorder(self.env_cfg.video_cfg, self.num_envs, self.obs_spec)
@@ -251,6 +261,8 @@ class ProcessEnvManager:
             for shard in self._shard_set.shards:
                 sl = shard.env_slice
                 shard.last_reset = (state_ids[sl].copy(), None if task_ids is None else task_ids[sl].copy())
+            if self._schedule is not None:
+                self._schedule.reset()
             obs = self._new_obs()
             replies, restarted, sim_s = self._calls.call_all(Command.RESET, replay_reset, obs)
             split_substeps(obs)
@@ -295,6 +307,8 @@ class ProcessEnvManager:
                 # A shard restarted from now on comes back at these states, the new ones included.
                 shard.last_reset = (last_states, last_tasks)
                 requests[shard.index] = ResetSomeRequest(local, state_ids[mine], None if task_ids is None else task_ids[mine])
+            if self._schedule is not None:
+                self._schedule.reset(env_ids)
             obs = self._new_obs()
             replies, restarted, sim_s = self._calls.call_all(Command.RESET_SOME, lambda s: requests[s.index], obs)
             split_substeps(obs)
@@ -305,14 +319,29 @@ class ProcessEnvManager:
                 self._dataset.on_reset(result, state_ids, env_ids)
             return result
 
-    def chunk_step(self, actions: Any) -> ChunkStepResult:
-        """Step every env through ``actions`` ``[num_envs, chunk, action_dim]``."""
+    def chunk_step(self, actions: Any, delays: Any = None) -> ChunkStepResult:
+        """Step every env through ``actions`` ``[num_envs, chunk, action_dim]``.
+
+        Under ``train.execution`` (:mod:`envfleet.execution`) the chunk is scheduled first: in
+        ``mode: realtime`` the sub-steps run are the previous chunk's queue until the delay, then this
+        chunk's, for ``horizon`` sub-steps, and the result's infos say what ran. ``delays`` (``[num_envs]``
+        sub-steps) is each env's delay for this call, with ``train.execution.delay: caller`` only.
+
+        :raises InvalidInputError: bad actions or delays; nothing is stepped.
+        """
         with self._lock:
             self._check_running()
             self._ready.check_idle("chunk_step")
             actions = check_actions(actions, self.num_envs, self.action_dim, self.num_action_chunks)
             if self._action_check is not None:
                 self._action_check(actions)
+            ran: dict[str, np.ndarray] = {}
+            if self._schedule is not None:
+                actions, ran = self._schedule.plan(actions, delays)
+            elif delays is not None:
+                raise InvalidInputError(
+                    "a call gave its own delays, but train.execution.mode is chunk: delays need mode realtime, delay caller"
+                )
             chunk = actions.shape[1]
             t0 = time.perf_counter()
             # Raw bytes pickle several times faster than a numpy array; each shard gets a slice.
@@ -334,6 +363,12 @@ class ProcessEnvManager:
                 infos=infos,
             )
             self._account(t0, sim_s)
+            if self._schedule is not None:
+                ended = result.terminations.any(axis=1) | result.truncations.any(axis=1)
+                if "sim_restarted" in infos:
+                    ended |= np.asarray(infos["sim_restarted"], dtype=bool)
+                self._schedule.done(ended)
+                infos.update(ran)
             if self._recorder is not None:
                 self._recorder.add(result.obs, result.infos.get("task_id"), result.rewards, result.infos.get("success_once"))
             if self._dataset is not None:
@@ -357,6 +392,12 @@ class ProcessEnvManager:
                 raise ConfigError(
                     "first-ready stepping does not record the stage's video (train.video_cfg.save_video is on): "
                     "turn it off, or step in lockstep (chunk_step)"
+                )
+            if self._schedule is not None:
+                raise ConfigError(
+                    f"first-ready stepping (send_chunk) and {self.mode}.execution (mode {self.env_cfg.execution.mode}) do not go "
+                    "together: a schedule of actions needs every env's chunk at each call; step in lockstep (chunk_step), "
+                    "or use mode: chunk"
                 )
             env_ids = as_env_ids(env_ids, self.num_envs)
             actions = check_actions(actions, len(env_ids), self.action_dim, self.num_action_chunks)
@@ -439,6 +480,16 @@ class ProcessEnvManager:
     def __repr__(self) -> str:
         where = f"backend={self.spec.name!r}, stage={self.stage_id}, rank={self.rank}, num_envs={self.num_envs}"
         return f"ProcessEnvManager({where}, shards={self.num_shards}, running={self._running})"
+
+
+def _schedule(
+    section: Any, num_envs: int, action_dim: int, chunk: int | None, stream: tuple[int, ...], spec: BackendSpec
+) -> Schedule | None:
+    """The stage's :class:`~envfleet.execution.Schedule` in simulated time, or None where each call's chunk runs as it is."""
+    execution = section.get("execution")
+    if execution is None or not (is_realtime(section) or execution.interpolation.enable or execution.serial_smoothing.enable):
+        return None
+    return Schedule(execution, num_envs, action_dim, chunk or 0, int(section.seed), stream, spec.control_fps)
 
 
 if TYPE_CHECKING:  # the type checker holds both classes to the one surface they share
