@@ -414,7 +414,7 @@ def _check_model(result: dict[str, Any], user: DictConfig, lookup: Callable[[str
     for section in ("train", "val"):
         spec = lookup(result[section]["simulator_type"])
         execution = OmegaConf.create(result[section]["execution"])
-        check_execution(execution, f"{section}.", model["num_action_chunks"], spec.control_fps, spec.name)
+        check_execution(execution, f"{section}.", model["num_action_chunks"], spec.control_fps, spec.name, result[section]["auto_reset"])
         dim = dims[section]
         if dim is not None and dim != model["action_dim"]:
             raise ConfigError(

@@ -36,6 +36,7 @@ import numpy as np
 
 from .errors import ConfigError, InvalidInputError
 from .options import _Switch
+from .validation import check_delays
 
 __all__ = [
     "ExecutionMode",
@@ -50,6 +51,8 @@ __all__ = [
     "RESULT_KEYS",
     "check_execution",
     "is_realtime",
+    "is_wall_clock",
+    "describe",
     "Schedule",
     "interpolate",
     "smooth_overlap",
@@ -155,6 +158,24 @@ def is_realtime(section: Any) -> bool:
     return execution is not None and str(execution.get("mode")) == ExecutionMode.realtime.value
 
 
+def is_wall_clock(section: Any) -> bool:
+    """Whether env section ``section`` runs ``mode: realtime`` on ``clock: wall`` (:mod:`envfleet.shards.realtime`)."""
+    return is_realtime(section) and str(section.execution.clock) == Clock.wall.value
+
+
+def describe(section: Any) -> dict[str, Any] | None:
+    """Env section ``section``'s ``execution`` as plain values (what a server tells its clients); None for the default."""
+    from omegaconf import OmegaConf
+
+    execution = section.get("execution") if hasattr(section, "get") else None
+    if execution is None:
+        return None
+    plain = OmegaConf.to_container(execution, resolve=True, enum_to_str=True)
+    assert isinstance(plain, dict)
+    default = OmegaConf.to_container(OmegaConf.structured(ExecutionConfig), enum_to_str=True)
+    return None if plain == default else plain
+
+
 def _delay_kind(delay: Any, where: str) -> str:
     if isinstance(delay, bool) or not (isinstance(delay, int) or delay in ("latency", "caller")):
         raise ConfigError(f"config key '{where}delay' must be a whole number of sub-steps >= 0, 'latency' or 'caller', got {delay!r}")
@@ -163,13 +184,16 @@ def _delay_kind(delay: Any, where: str) -> str:
     return "fixed" if isinstance(delay, int) else str(delay)
 
 
-def check_execution(execution: Any, prefix: str, chunk: int | None, control_fps: float | None, backend: str) -> None:
+def check_execution(
+    execution: Any, prefix: str, chunk: int | None, control_fps: float | None, backend: str, auto_reset: bool = False
+) -> None:
     """Every rule of ``train.execution`` that the schema's types cannot state, once, at load time.
 
     :param execution: the merged ``execution`` section.
     :param prefix: ``"train."`` or ``"val."``.
     :param chunk: ``actor.model.num_action_chunks`` (None: any length per call).
     :param control_fps: the backend's ``control_fps`` (None: it declares none).
+    :param auto_reset: the section's ``auto_reset``.
     :raises ConfigError: naming the key and the allowed range.
     """
     where = f"{prefix}execution."
@@ -219,6 +243,11 @@ def check_execution(execution: Any, prefix: str, chunk: int | None, control_fps:
     if not 1 <= horizon <= sub_steps:
         raise ConfigError(f"config key '{where}horizon' must be between 1 and the chunk length ({sub_steps} sub-steps), got {horizon}")
     if wall:
+        if auto_reset:
+            raise ConfigError(
+                f"config keys '{prefix}auto_reset' and '{where}clock: wall' do not go together: the control loop would step a "
+                "new episode before the policy saw its first observation; reset finished envs yourself, or use clock: sim"
+            )
         if kind != "fixed" or execution.delay != 0:
             raise ConfigError(f"config keys '{where}delay' and '{where}clock: wall' do not go together: the wall clock measures the delay")
         return
@@ -353,12 +382,7 @@ class Schedule:
         if self.kind == "caller":
             if given is None:
                 raise InvalidInputError(f"train.execution.delay is 'caller': give each call's delays, {n} whole numbers of sub-steps")
-            delays = np.asarray(given)
-            if delays.shape != (n,) or not (np.issubdtype(delays.dtype, np.integer) or _whole(delays)):
-                raise InvalidInputError(
-                    f"delays must be {n} whole numbers of sub-steps, one per env, got {delays.dtype}{list(delays.shape)}"
-                )
-            delays = delays.astype(np.int64)
+            delays = check_delays(given, n)
             if delays.min(initial=0) < 0 or delays.max(initial=0) > self.horizon:
                 raise InvalidInputError(f"delays must be between 0 and the horizon ({self.horizon} sub-steps), got {delays.tolist()}")
             return delays
@@ -447,10 +471,3 @@ class Schedule:
             self.previous_plan = self.previous_valid = None
         elif self.previous_valid is not None:
             self.previous_valid &= ~mask
-
-
-def _whole(values: np.ndarray) -> bool:
-    try:
-        return bool(np.all(np.isfinite(values)) and np.all(np.mod(values, 1) == 0))
-    except TypeError:
-        return False

@@ -195,7 +195,7 @@ class ShardCalls:
         shards = self.shards
         for shard in shards:
             shard.send(cmd, make(shard))
-        timeout = self.step_timeout_s if cmd is Command.STEP else self.reset_timeout_s
+        timeout = self.step_timeout_s if cmd in (Command.STEP, Command.EXCHANGE) else self.reset_timeout_s
         # Byte views of the result arrays: a shard's part is then one memcpy per key, far less
         # code than numpy's slice assignment. Released before returning, so that they do not
         # count as holders of the arrays (see envfleet.shards.recycling).
@@ -221,7 +221,9 @@ class ShardCalls:
                 sim_s = max(sim_s, shard.sim_s)
                 continue
             if status is Outcome.ERR:
-                first_error = first_error or self._remote_error(shard, "stepping" if cmd is Command.STEP else "resetting", payload)
+                first_error = first_error or self._remote_error(
+                    shard, "stepping" if cmd in (Command.STEP, Command.EXCHANGE) else "resetting", payload
+                )
                 replies.append(shard.no_reply())
                 continue
             replies.append(shard.no_reply())  # replaced by its fresh reset's reply below

@@ -33,7 +33,7 @@ from omegaconf import DictConfig
 
 from ..env import ChunkStepResult, EnvContext, ResetResult
 from ..errors import ClosedEnvironmentError, ConfigError, InvalidInputError, SimulatorStoppedError
-from ..execution import Schedule, is_realtime
+from ..execution import Schedule, interpolate, is_realtime, is_wall_clock
 from ..options import Mode
 from ..plugins import BackendSpec, get_backend
 from ..recording.stage import stage_recorder
@@ -110,7 +110,16 @@ class ProcessEnvManager:
         self.reset_timeout_s = self._calls.reset_timeout_s
         self._ready = FirstReady(self._calls, self._replies, self.obs_spec, self.action_dim, self.num_action_chunks)
         stream = (self.rank, self.stage_id, 0 if self.mode == "train" else 1)
-        self._schedule = _schedule(self.env_cfg, self.num_envs, self.action_dim, self.num_action_chunks, stream, self.spec)
+        # clock wall: the shards run the schedule themselves (envfleet.shards.realtime); here only the interpolation.
+        self._wall = _wall_clock(self.env_cfg, self.num_action_chunks)
+        self._schedule = None
+        if self._wall is None:
+            self._schedule = _schedule(self.env_cfg, self.num_envs, self.action_dim, self.num_action_chunks, stream, self.spec)
+        elif self._dataset is not None and self._dataset.substep_spec:
+            raise ConfigError(
+                f"{self.mode}.record.frames: step and {self.mode}.execution.clock: wall do not go together: the wall clock's "
+                "control loop hands out one observation a call; record per chunk (frames: chunk), or use clock: sim"
+            )
         if self._schedule is not None and self._dataset is not None and self._dataset.substep_spec:
             if self._schedule.steps_per_call != self.num_action_chunks:
                 raise ConfigError(
@@ -336,19 +345,27 @@ class ProcessEnvManager:
             if self._action_check is not None:
                 self._action_check(actions)
             ran: dict[str, np.ndarray] = {}
-            if self._schedule is not None:
+            command, chunk = Command.STEP, actions.shape[1]
+            if self._wall is not None:
+                if delays is not None:
+                    raise InvalidInputError(
+                        f"a call gave its own delays, but {self.mode}.execution.clock is wall: the wall clock measures them"
+                    )
+                factor, chunk = self._wall
+                actions, command = interpolate(actions, factor), Command.EXCHANGE
+            elif self._schedule is not None:
                 actions, ran = self._schedule.plan(actions, delays)
+                chunk = actions.shape[1]
             elif delays is not None:
                 raise InvalidInputError(
-                    "a call gave its own delays, but train.execution.mode is chunk: delays need mode realtime, delay caller"
+                    f"a call gave its own delays, but {self.mode}.execution.mode is chunk: delays need mode realtime, delay caller"
                 )
-            chunk = actions.shape[1]
             t0 = time.perf_counter()
             # Raw bytes pickle several times faster than a numpy array; each shard gets a slice.
             raw, row = actions.tobytes(), actions[0].nbytes
             obs = self._new_obs()
             replies, restarted, sim_s = self._calls.call_all(
-                Command.STEP,
+                command,
                 lambda s: StepRequest(raw[s.env_slice.start * row : s.env_slice.stop * row], (s.num_envs, *actions.shape[1:])),
                 obs,
             )
@@ -363,6 +380,8 @@ class ProcessEnvManager:
                 infos=infos,
             )
             self._account(t0, sim_s)
+            if self._wall is not None:
+                actions = infos["applied_action"]
             if self._schedule is not None:
                 ended = result.terminations.any(axis=1) | result.truncations.any(axis=1)
                 if "sim_restarted" in infos:
@@ -393,7 +412,7 @@ class ProcessEnvManager:
                     "first-ready stepping does not record the stage's video (train.video_cfg.save_video is on): "
                     "turn it off, or step in lockstep (chunk_step)"
                 )
-            if self._schedule is not None:
+            if self._schedule is not None or self._wall is not None:
                 raise ConfigError(
                     f"first-ready stepping (send_chunk) and {self.mode}.execution (mode {self.env_cfg.execution.mode}) do not go "
                     "together: a schedule of actions needs every env's chunk at each call; step in lockstep (chunk_step), "
@@ -480,6 +499,15 @@ class ProcessEnvManager:
     def __repr__(self) -> str:
         where = f"backend={self.spec.name!r}, stage={self.stage_id}, rank={self.rank}, num_envs={self.num_envs}"
         return f"ProcessEnvManager({where}, shards={self.num_shards}, running={self._running})"
+
+
+def _wall_clock(section: Any, chunk: int | None) -> tuple[int, int] | None:
+    """``(interpolation factor, horizon in sub-steps)`` of a section on ``clock: wall``; None otherwise."""
+    if not is_wall_clock(section) or chunk is None:
+        return None
+    execution = section.execution
+    factor = int(execution.interpolation.factor) if execution.interpolation.enable else 1
+    return factor, chunk * factor if execution.horizon is None else int(execution.horizon)
 
 
 def _schedule(

@@ -17,6 +17,7 @@ command            argument                    payload of the ``ok`` reply
 ``reset``          :class:`ResetRequest`       a packed reply (:mod:`envfleet.shards.wire`)
 ``reset_some``     :class:`ResetSomeRequest`   a packed reply, as ``reset``'s
 ``step``           :class:`StepRequest`        a packed reply
+``exchange``       :class:`StepRequest`        a packed reply (``clock: wall``: :mod:`envfleet.shards.realtime`)
 ``get_state``      ``None``                    the env's state
 ``load_state``     :class:`LoadStateRequest`   ``None``
 ``flush_video``    :class:`FlushVideoRequest`  the paths written
@@ -58,6 +59,7 @@ class Command(str, Enum):
     RESET = "reset"
     RESET_SOME = "reset_some"  #: reset the listed envs of the shard (possibly none); the others keep their episodes
     STEP = "step"
+    EXCHANGE = "exchange"  #: clock wall: a chunk into the shard's control loop; the reply once the horizon has run
     GET_STATE = "get_state"
     LOAD_STATE = "load_state"
     FLUSH_VIDEO = "flush_video"
@@ -118,6 +120,7 @@ ARGUMENTS: dict[Command, type[Any] | None] = {
     Command.RESET: ResetRequest,
     Command.RESET_SOME: ResetSomeRequest,
     Command.STEP: StepRequest,
+    Command.EXCHANGE: StepRequest,
     Command.GET_STATE: None,
     Command.LOAD_STATE: LoadStateRequest,
     Command.FLUSH_VIDEO: FlushVideoRequest,

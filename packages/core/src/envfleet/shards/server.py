@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..execution import is_wall_clock
 from .messages import (
     ARGUMENTS,
     Command,
@@ -129,6 +130,8 @@ class _Server:
         self.writer: ObsWriter | None = None
         self.packer = ArrayPacker()
         self.sent_descriptions: list[str] | None = None
+        self.cfg: Any = None
+        self.wall: Any = None  # clock wall: the shard's control loop (envfleet.shards.realtime), made at the first exchange
         # The commands a manager may send: nothing else of this object can be called from outside.
         # Keyed by the plain string that travels (an Enum member hashes by its name, not its value),
         # each with the named tuple its plain-tuple argument is rebuilt as.
@@ -137,6 +140,7 @@ class _Server:
             Command.RESET: self.reset,
             Command.RESET_SOME: self.reset_some,
             Command.STEP: self.step,
+            Command.EXCHANGE: self.exchange,
             Command.GET_STATE: self.get_state,
             Command.LOAD_STATE: self.load_state,
             Command.FLUSH_VIDEO: self.flush_video,
@@ -168,6 +172,7 @@ class _Server:
         factory = import_factory(msg.factory)
         cfg = OmegaConf.create(msg.cfg)
         OmegaConf.set_readonly(cfg, True)  # the parent's validated section, re-wrapped: a value, not for edits
+        self.cfg = cfg
         ctx = EnvContext(**msg.ctx)
         sys.stderr.write(
             f"envfleet shard: pid {os.getpid()} building {cfg.simulator_type!r} for rank {ctx.rank} stage {ctx.stage_id} "
@@ -180,7 +185,9 @@ class _Server:
         _check_own_spec(self.env, self.mapping.arrays)
         self.writer = ObsWriter(self.mapping.arrays, self.mapping.bytes)
         bind = getattr(self.env, "bind_observation_buffers", None)
-        if callable(bind):
+        # Under the wall clock the loop steps on while the manager reads the shared memory: the env keeps
+        # its own arrays, and the observation a call returns is copied there.
+        if callable(bind) and not is_wall_clock(cfg):
             bind(self.mapping.arrays)  # the env may now write observations straight into shared memory
         return {
             "state_ids": np.asarray(self.env.get_all_state_ids(), dtype=np.int64),
@@ -188,12 +195,18 @@ class _Server:
             "supports_state": bool(getattr(self.env, "supports_state", False)),
         }
 
+    def _pause(self) -> None:
+        if self.wall is not None:
+            self.wall.pause()
+
     def reset(self, msg: ResetRequest) -> tuple[Any, ...]:
+        self._pause()
         result = self.env.reset_envs_to_state_ids(msg.state_ids, msg.task_ids)
         self.writer.write(result.obs)  # type: ignore[union-attr]
         return self._reply(result.task_descriptions, result.infos)
 
     def reset_some(self, msg: ResetSomeRequest) -> tuple[Any, ...]:
+        self._pause()
         result = self.env.reset_some_envs(msg.env_ids, msg.state_ids, msg.task_ids)
         self.writer.write(result.obs)  # type: ignore[union-attr]
         return self._reply(result.task_descriptions, result.infos)
@@ -204,10 +217,22 @@ class _Server:
         flags = (_as(result.rewards, _F32), _as(result.terminations, _BOOL), _as(result.truncations, _BOOL))
         return self._reply(result.task_descriptions, result.infos, flags)
 
+    def exchange(self, msg: StepRequest) -> tuple[Any, ...]:
+        from .realtime import WallExecutor
+
+        if self.wall is None:
+            self.wall = WallExecutor(self.env, self.cfg.execution, msg.shape[1], msg.shape[2])
+        chunk = np.frombuffer(msg.actions, _F32).reshape(msg.shape).copy()
+        (obs, descriptions, infos), ran, flags = self.wall.exchange(chunk)
+        self.writer.write(obs)  # type: ignore[union-attr]
+        return self._reply(descriptions, {**infos, **ran}, flags)
+
     def get_state(self, msg: None) -> Any:
+        self._pause()
         return self.env.get_state()
 
     def load_state(self, msg: LoadStateRequest) -> None:
+        self._pause()
         self.env.load_state(msg.state)
 
     def flush_video(self, msg: FlushVideoRequest) -> list[str]:
@@ -219,6 +244,9 @@ class _Server:
         return record(os.environ, self.env.renderer_info(), current_gl_strings(), loaded_render_stack())
 
     def close(self, msg: None) -> None:
+        if self.wall is not None:
+            self.wall.close()
+            self.wall = None
         if self.env is not None:
             self.env.close()
             self.env = None
