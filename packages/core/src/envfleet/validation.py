@@ -20,7 +20,7 @@ import numpy as np
 from .errors import InvalidInputError
 from .states import StateTable  # its home until states.py gathered every way of choosing a state
 
-__all__ = ["StateTable", "as_env_ids", "as_ids", "check_actions", "check_reset_ids"]
+__all__ = ["StateTable", "as_env_ids", "as_ids", "check_actions", "check_delays", "check_reset_ids"]
 
 
 def _to_numpy(value: Any) -> Any:
@@ -87,6 +87,21 @@ def check_actions(actions: Any, num_envs: int, action_dim: int, chunk: int | Non
             f"actions must be finite: actions[{env}, {k}, {d}] is {actions[env, k, d]} ({int((~finite).sum())} non-finite values)"
         )
     return np.ascontiguousarray(actions, dtype=np.float32)
+
+
+def check_delays(delays: Any, num_envs: int) -> np.ndarray:
+    """Each env's delay for one call (``train.execution.delay: caller``): ``num_envs`` whole numbers of
+    sub-steps, as int64. The range (up to the horizon) is the schedule's to check.
+
+    :raises InvalidInputError: saying what was expected and what came.
+    """
+    delays = _to_numpy(delays)
+    if not isinstance(delays, np.ndarray) or delays.shape != (num_envs,) or delays.dtype.kind not in "iuf":
+        got = f"{delays.dtype}{list(delays.shape)}" if isinstance(delays, np.ndarray) else type(delays).__name__
+        raise InvalidInputError(f"delays must be {num_envs} whole numbers of sub-steps, one per env, got {got}")
+    if delays.dtype.kind == "f" and not (np.isfinite(delays).all() and (np.mod(delays, 1) == 0).all()):
+        raise InvalidInputError(f"delays must be {num_envs} whole numbers of sub-steps, one per env, got {delays.tolist()}")
+    return delays.astype(np.int64)
 
 
 def check_reset_ids(

@@ -27,7 +27,7 @@ import numpy as np
 from ..env import ArraySpec, ChunkStepResult, ResetResult
 from ..errors import ClosedEnvironmentError, ConfigError, EnvFleetError, SimulatorStoppedError
 from ..shards.calls import ManagerStats
-from ..validation import StateTable, as_env_ids, check_actions, check_reset_ids
+from ..validation import StateTable, as_env_ids, check_actions, check_delays, check_reset_ids
 from .connection import Connection, RemoteConnectionError, RemoteRefusedError, RemoteStageLostError
 from .lease import LeaseKeeper
 from .results import reset_result, restarted_step, step_result
@@ -132,6 +132,8 @@ class RemoteEnvManager:
             renderer=backend.get("renderer"),
             description=str(backend.get("description", "")),
         )
+        #: The server's ``execution`` section as plain values (None: mode chunk): it schedules the actions.
+        self.execution = opened.get("execution")
         self.step_timeout_s = float(opened.get("step_timeout_s"))
         self.reset_timeout_s = float(opened.get("reset_timeout_s"))
         self.start_timeout_s = float(opened.get("start_timeout_s"))
@@ -288,11 +290,15 @@ class RemoteEnvManager:
             return reset_result(self._replay_reset(), self.num_envs, restarted=True)
         return reset_result(reply, self.num_envs)
 
-    def chunk_step(self, actions: Any) -> ChunkStepResult:
-        """Step every env through ``actions`` ``[num_envs, chunk, action_dim]`` on the server."""
+    def chunk_step(self, actions: Any, delays: Any = None) -> ChunkStepResult:
+        """Step every env through ``actions`` ``[num_envs, chunk, action_dim]`` on the server; ``delays``
+        (``[num_envs]`` sub-steps) for a server whose ``execution.delay`` is ``caller``."""
         self._check_running()
         actions = check_actions(actions, self.num_envs, self.action_dim, self.num_action_chunks)
-        reply = self._timed(Frame("step", arrays={"actions": actions}), self.step_timeout_s)
+        arrays = {"actions": actions}
+        if delays is not None:
+            arrays["delays"] = check_delays(delays, self.num_envs)
+        reply = self._timed(Frame("step", arrays=arrays), self.step_timeout_s)
         if reply is None:
             return restarted_step(self._replay_reset(), self.num_envs, actions.shape[1], self._last.step_infos)
         result = step_result(reply)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import RemoteConfig  # the schema lives with the other env sections
 from ..errors import ConfigError
+from ..execution import describe
 from ..shards.manager import ProcessEnvManager
 from .client import RemoteEnvManager
 from .wire import parse_address
@@ -80,6 +81,9 @@ def build_manager(
         "actor.model.action_dim": (int(cfg.actor.model.action_dim), manager.action_dim),
         "actor.model.num_action_chunks": (None if chunk is None else int(chunk), manager.num_action_chunks),
     }
+    mine, theirs = describe(section), manager.execution
+    if mine != theirs:
+        expected[f"{mode}.execution"] = (mine or "mode chunk", theirs or "mode chunk")
     wrong = {key: pair for key, pair in expected.items() if pair[0] != pair[1]}
     if wrong:
         manager.close()

@@ -28,6 +28,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from ..execution import describe
 from ..shards.manager import ProcessEnvManager
 from .admission import RateLimitedLog, StrangerBudget
 from .session import Session
@@ -280,6 +281,7 @@ class EnvServer:
             "step_timeout_s": float(manager.step_timeout_s),
             "reset_timeout_s": float(manager.reset_timeout_s),
             "start_timeout_s": float(manager.start_timeout_s),
+            "execution": describe(manager.env_cfg),  # None: mode chunk, as it is
             "backend": {
                 "name": str(spec.name),
                 "package": None if spec.package is None else str(spec.package),

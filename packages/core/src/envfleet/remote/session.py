@@ -390,7 +390,10 @@ class Session:
             raise InvalidInputError("step: array 'actions' (float32 [num_envs, chunk, action_dim]) is missing")
         if actions.dtype != np.float32:
             raise InvalidInputError(f"step: actions must be float32, got {actions.dtype}")
-        result = manager.chunk_step(actions)
+        delays = frame.arrays.get("delays")
+        if delays is not None and (delays.dtype != np.int64 or delays.ndim != 1):
+            raise InvalidInputError(f"step: delays must be int64 [num_envs], got {delays.dtype} {list(delays.shape)}")
+        result = manager.chunk_step(actions, delays)
         flags = {"rewards": result.rewards, "terminations": result.terminations, "truncations": result.truncations}
         return self._result(manager, result, flags)
 
