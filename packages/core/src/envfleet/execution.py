@@ -53,6 +53,7 @@ __all__ = [
     "is_realtime",
     "is_wall_clock",
     "describe",
+    "result_shapes",
     "Schedule",
     "interpolate",
     "smooth_overlap",
@@ -161,6 +162,21 @@ def is_realtime(section: Any) -> bool:
 def is_wall_clock(section: Any) -> bool:
     """Whether env section ``section`` runs ``mode: realtime`` on ``clock: wall`` (:mod:`envfleet.shards.realtime`)."""
     return is_realtime(section) and str(section.execution.clock) == Clock.wall.value
+
+
+def result_shapes(section: Any, chunk: int, action_dim: int) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
+    """The per-env shape and dtype of each of :data:`RESULT_KEYS` for env section ``section`` (``{}`` unless realtime):
+    for a face that declares what its steps return."""
+    if not is_realtime(section):
+        return {}
+    execution = section.execution
+    sub_steps = chunk * (int(execution.interpolation.factor) if execution.interpolation.enable else 1)
+    horizon = sub_steps if execution.horizon is None else int(execution.horizon)
+    return {
+        "applied_action": ((horizon, action_dim), np.dtype(np.float32)),
+        "action_source": ((horizon,), np.dtype(np.int8)),
+        "action_delay": ((), np.dtype(np.int64)),
+    }
 
 
 def describe(section: Any) -> dict[str, Any] | None:

@@ -35,7 +35,7 @@ from gymnasium.vector.utils import batch_space
 
 from ..env import ObservationSpec
 from ..errors import ConfigError, InvalidInputError
-from ..faces import StateWalk, as_config
+from ..faces import StateWalk, as_config, check_face_execution
 from ..plugins import BackendSpec
 from ..remote.config import build_manager
 from .infos import chunk_infos, masked_infos, merge_infos, object_column
@@ -110,6 +110,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         overrides = ["actor.model.num_action_chunks=1"] if step == "action" else []
         cfg = as_config(config, overrides)
         env_cfg = cfg[mode]
+        check_face_execution(env_cfg, mode, "the gymnasium face")
         if env_cfg.auto_reset and not self.simulator_resets:
             raise ConfigError(
                 f"{mode}.auto_reset is true, but the gymnasium face resets envs itself (autoreset_mode="

@@ -23,7 +23,8 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 
 from ..errors import ConfigError, InvalidInputError
-from ..faces import StateWalk, as_config
+from ..execution import result_shapes
+from ..faces import StateWalk, as_config, check_face_execution
 from ..plugins import BackendSpec
 from ..remote.config import build_manager
 
@@ -49,6 +50,7 @@ class EnvfleetEnv(EnvBase):  # type: ignore[misc]
         if step not in ("chunk", "action"):
             raise ValueError(f"step must be 'chunk' or 'action' (one step per chunk or per action), got {step!r}")
         cfg = as_config(config, ["actor.model.num_action_chunks=1"] if step == "action" else [])
+        check_face_execution(cfg[mode], mode, "the TorchRL face")
         if cfg[mode].auto_reset and not self.simulator_resets:
             raise ConfigError(f'{mode}.auto_reset is true, but TorchRL resets envs itself ("_reset"): set {mode}.auto_reset: false')
         if self.simulator_resets and not cfg[mode].auto_reset:
@@ -67,6 +69,10 @@ class EnvfleetEnv(EnvBase):  # type: ignore[misc]
                 observation[key] = Bounded(0, 255, shape=(n, *spec.shape), dtype=torch.uint8)
             else:
                 observation[key] = Unbounded(shape=(n, *spec.shape), dtype=dtype)
+        # mode realtime: what ran (envfleet.execution), zeros after a reset.
+        self._ran = result_shapes(cfg[mode], manager.chunk, manager.action_dim)
+        for key, (shape, np_dtype) in self._ran.items():
+            observation[key] = Unbounded(shape=(n, *shape), dtype=getattr(torch, np_dtype.name))
         self.observation_spec = Composite(observation, shape=(n,))
         shape = (n, manager.chunk, manager.action_dim) if step == "chunk" else (n, manager.action_dim)
         self.action_spec = Bounded(-1.0, 1.0, shape=shape, dtype=torch.float32)
@@ -101,8 +107,10 @@ class EnvfleetEnv(EnvBase):  # type: ignore[misc]
         else:
             result = self.manager.reset_some_envs(np.nonzero(mask)[0], state_ids)
         false = torch.zeros(n, 1, dtype=torch.bool)
+        ran = {key: torch.zeros((n, *shape), dtype=getattr(torch, dtype.name)) for key, (shape, dtype) in self._ran.items()}
         return TensorDict(
-            {**self._obs(result.obs), "done": false, "terminated": false.clone(), "truncated": false.clone()}, batch_size=self.batch_size
+            {**self._obs(result.obs), **ran, "done": false, "terminated": false.clone(), "truncated": false.clone()},
+            batch_size=self.batch_size,
         )
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -117,6 +125,7 @@ class EnvfleetEnv(EnvBase):  # type: ignore[misc]
         return TensorDict(
             {
                 **self._obs(result.obs),
+                **{key: torch.from_numpy(np.asarray(result.infos[key])) for key in self._ran},
                 "reward": torch.from_numpy(result.rewards.sum(axis=1, keepdims=True).astype(np.float32)),
                 "done": terminated | truncated,
                 "terminated": terminated,

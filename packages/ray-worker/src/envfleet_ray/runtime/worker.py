@@ -178,7 +178,8 @@ class EnvWorker:
         return [stage.manager for stage in self._running_stages(mode)]
 
     def env_interact_step(self, data: DataProto) -> DataProto:
-        """Step one stage with ``data.non_tensor_batch["actions"]`` ``[n, chunk, action_dim]``.
+        """Step one stage with ``data.non_tensor_batch["actions"]`` ``[n, chunk, action_dim]`` (and, with
+        ``train.execution.delay: caller``, ``non_tensor_batch["delays"]`` ``[n]``: each env's delay in sub-steps).
 
         ``data.meta_info["stage_id"]`` picks the stage; the result is
         :func:`~envfleet_ray.runtime.batch.env_batch_dataproto` of the chunk (every observation key
@@ -201,11 +202,14 @@ class EnvWorker:
                 actions = np.stack(list(actions)).astype(np.float32)
             except (ValueError, TypeError) as exc:
                 raise InvalidInputError(f"actions is an object array that does not stack into [n, chunk, action_dim]: {exc}") from None
+        delays = data.non_tensor_batch.get("delays")  # train.execution.delay: caller (see envfleet.execution)
+        if delays is None and data.batch is not None and "delays" in data.batch.keys():
+            delays = data.batch["delays"]
         state = self._running_stages(mode)[stage]
         manager = state.manager
         with self._stage_locks[stage]:
             m0 = manager.stats.wall_s
-            result = manager.chunk_step(actions)
+            result = manager.chunk_step(actions, delays)
             inner = manager.stats.wall_s - m0
         out = env_batch_dataproto(
             result.obs, result.task_descriptions, result.rewards, result.terminations, result.truncations, result.infos, {"stage_id": stage}
