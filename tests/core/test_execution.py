@@ -220,3 +220,17 @@ def test_interpolation_and_overlap_smoothing_run_through_the_manager() -> None:
     np.testing.assert_array_equal(second[:, :3], up[0][:, 12:15])
     blended = smooth_overlap(up[0][:, 15:16], up[1][:, 3:])
     np.testing.assert_array_equal(second[:, 3:], blended[:, :9])
+
+
+def test_without_a_chunk_length_each_call_sets_it_and_must_cover_the_horizon() -> None:
+    keys = ["actor.model.num_action_chunks=null", REALTIME, "train.execution.horizon=3", "train.execution.delay=2"]
+    rng = np.random.default_rng(4)
+    with ProcessEnvManager(toy_cfg(N, CHUNK, 1, *keys)) as mgr:
+        mgr.reset_envs_to_state_ids(np.arange(N))
+        long = rng.uniform(-1, 1, (N, 6, DIM)).astype(np.float32)
+        mgr.chunk_step(long)  # 3 run, 3 queued
+        with pytest.raises(InvalidInputError, match=r"cover the horizon \(3 sub-steps\), got 2"):
+            mgr.chunk_step(long[:, :2])
+        out = mgr.chunk_step(long[:, :4])
+        np.testing.assert_array_equal(out.infos["applied_action"][:, :2], long[:, 3:5])  # the queue, until the delay
+        np.testing.assert_array_equal(out.infos["applied_action"][:, 2], long[:, 2])  # then the new chunk at index 2

@@ -235,7 +235,7 @@ def check_execution(
                 f"config keys '{where}serial_smoothing.execution_steps' (> 0) and 'blend_steps' (>= 2), "
                 f"got {smoothing.execution_steps} and {smoothing.blend_steps}"
             )
-        if sub_steps is None or smoothing.execution_steps + smoothing.blend_steps > sub_steps:
+        if sub_steps is not None and smoothing.execution_steps + smoothing.blend_steps > sub_steps:
             raise ConfigError(
                 f"config keys '{where}serial_smoothing.execution_steps' + 'blend_steps' "
                 f"({smoothing.execution_steps} + {smoothing.blend_steps}) must not exceed the plan's sub-steps "
@@ -253,10 +253,13 @@ def check_execution(
                     f"config key '{where}{key}' needs '{where}mode: realtime' (it is {execution.mode}); remove it or set the mode"
                 )
         return
-    if sub_steps is None:
-        raise ConfigError(f"config key '{where}mode: realtime' needs a fixed chunk length: set actor.model.num_action_chunks")
+    if sub_steps is None and execution.horizon is None:
+        raise ConfigError(
+            f"config key '{where}mode: realtime' needs a fixed chunk length (actor.model.num_action_chunks) or a "
+            f"'{where}horizon': with neither, a call's length is unknown"
+        )
     horizon = sub_steps if execution.horizon is None else int(execution.horizon)
-    if not 1 <= horizon <= sub_steps:
+    if not 1 <= horizon <= (sub_steps or horizon):
         raise ConfigError(f"config key '{where}horizon' must be between 1 and the chunk length ({sub_steps} sub-steps), got {horizon}")
     if wall:
         if auto_reset:
@@ -373,7 +376,7 @@ class Schedule:
         base = int(seed if execution.seed is None else execution.seed)
         self.rng = np.random.default_rng([base, *stream, 0x5EED])
         self.num_envs, self.action_dim = int(num_envs), int(action_dim)
-        self.queue = np.zeros((num_envs, self.sub_steps, action_dim), np.float32)
+        self.queue = np.zeros((num_envs, max(self.sub_steps, self.horizon), action_dim), np.float32)
         self.queued = np.zeros(num_envs, np.int64)  # queue[i, :queued[i]] runs next
         self.last = np.zeros((num_envs, action_dim), np.float32)  # the last applied action
         self.fresh = np.ones(num_envs, dtype=bool)  # reset since the last call: the next chunk has no delay
@@ -429,14 +432,27 @@ class Schedule:
         :returns: ``(executed [n, steps_per_call, A] float32, infos)``; ``infos`` is empty in ``mode: chunk``.
         """
         actions = interpolate(actions, self.factor)
+        steps_here = actions.shape[1]
         if self.serial is not None:
             executed, blend = self.serial
+            if executed + blend > steps_here:
+                raise InvalidInputError(
+                    f"serial smoothing needs plans of at least execution_steps + blend_steps ({executed} + {blend}) sub-steps, "
+                    f"got {steps_here}"
+                )
+            if self.previous_plan is not None and self.previous_plan.shape != actions.shape:
+                raise InvalidInputError(
+                    f"consecutive plans must keep their shape under serial smoothing: {list(self.previous_plan.shape)} then "
+                    f"{list(actions.shape)}"
+                )
             plan = smooth_serial(self.previous_plan, actions, executed, blend, self.previous_valid)
             self.previous_plan = plan.copy()
             self.previous_valid = np.ones(self.num_envs, dtype=bool)
             return np.ascontiguousarray(plan[:, :executed], dtype=np.float32), {}
         if not self.realtime:
             return actions, {}
+        if steps_here < self.horizon:
+            raise InvalidInputError(f"a chunk must cover the horizon ({self.horizon} sub-steps), got {steps_here} sub-steps")
         delays = self.draw(given)  # drawn every call, fresh envs too: the draws do not depend on the episodes
         delays[self.fresh] = 0
         n, h = self.num_envs, self.horizon
@@ -464,8 +480,10 @@ class Schedule:
                 out[empty] = 0.0
                 source[empty] = ActionSource.zero
         # What stays queued: this chunk beyond the horizon, aligned to its observation.
-        self.queued[:] = self.sub_steps - h
-        self.queue[:, : self.sub_steps - h] = incoming[:, h:]
+        if self.queue.shape[1] < steps_here:
+            self.queue = np.zeros((n, steps_here, self.action_dim), np.float32)
+        self.queued[:] = steps_here - h
+        self.queue[:, : steps_here - h] = incoming[:, h:]
         self.last = out[:, -1].copy()
         self.fresh[:] = False
         return out, {"applied_action": out.copy(), "action_source": source, "action_delay": delays}

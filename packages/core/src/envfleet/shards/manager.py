@@ -353,6 +353,8 @@ class ProcessEnvManager:
                     )
                 factor, chunk = self._wall
                 actions, command = interpolate(actions, factor), Command.EXCHANGE
+                if actions.shape[1] < chunk:
+                    raise InvalidInputError(f"a chunk must cover the horizon ({chunk} sub-steps), got {actions.shape[1]} sub-steps")
             elif self._schedule is not None:
                 actions, ran = self._schedule.plan(actions, delays)
                 chunk = actions.shape[1]
@@ -503,11 +505,14 @@ class ProcessEnvManager:
 
 def _wall_clock(section: Any, chunk: int | None) -> tuple[int, int] | None:
     """``(interpolation factor, horizon in sub-steps)`` of a section on ``clock: wall``; None otherwise."""
-    if not is_wall_clock(section) or chunk is None:
+    if not is_wall_clock(section):
         return None
     execution = section.execution
     factor = int(execution.interpolation.factor) if execution.interpolation.enable else 1
-    return factor, chunk * factor if execution.horizon is None else int(execution.horizon)
+    if execution.horizon is not None:
+        return factor, int(execution.horizon)
+    assert chunk is not None, "checked at load: realtime needs a chunk length or a horizon"
+    return factor, chunk * factor
 
 
 def _schedule(

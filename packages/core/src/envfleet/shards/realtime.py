@@ -60,7 +60,7 @@ class WallExecutor:
     # .............................................................................................. state
     def _clear(self) -> None:
         n, h = self.num_envs, self.horizon
-        self.queue = np.zeros((n, self.sub_steps, self.action_dim), np.float32)
+        self.queue = np.zeros((n, max(self.sub_steps, h), self.action_dim), np.float32)
         self.pos = np.zeros(n, np.int64)  # queue[i, pos[i]:end[i]] runs next
         self.end = np.zeros(n, np.int64)
         self.last = np.zeros((n, self.action_dim), np.float32)
@@ -79,9 +79,16 @@ class WallExecutor:
         self.result: Any = None
         self.next_tick: float | None = None
 
-    def pause(self) -> None:
-        """Stop at a sub-step boundary and forget every queue (a reset follows)."""
+    def pause(self, env_ids: Any = None) -> None:
+        """Stop at a sub-step boundary and forget every queue (a reset of every env follows); with ``env_ids``,
+        only those envs' queues (a reset of some), the others going on."""
         with self._cond:
+            if env_ids is not None:
+                while self.in_step:
+                    self._cond.wait()
+                self.pos[env_ids] = self.end[env_ids]
+                self.last[env_ids] = 0.0
+                return
             self._pending = None
             while self.in_step:
                 self._cond.wait()
@@ -137,7 +144,7 @@ class WallExecutor:
     # .............................................................................................. the loop
     def _apply(self, chunk: np.ndarray) -> None:
         """The arrived chunk replaces each env's queue, aligned to the last observation: it starts at index ``ran``."""
-        start = min(self.ran, self.sub_steps)
+        start = min(self.ran, chunk.shape[1])
         incoming = chunk[:, start:]
         if self.smooth:
             for i in np.flatnonzero(self.end > self.pos):
@@ -145,6 +152,8 @@ class WallExecutor:
                 incoming = incoming.copy() if incoming.base is chunk else incoming
                 incoming[i : i + 1] = smooth_overlap(queued, incoming[i : i + 1])
         length = incoming.shape[1]
+        if length > self.queue.shape[1]:  # a longer chunk than any before (no fixed chunk length)
+            self.queue = np.zeros((self.num_envs, length, self.action_dim), np.float32)
         self.queue[:, :length] = incoming
         self.pos[:] = 0
         self.end[:] = length

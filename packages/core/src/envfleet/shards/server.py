@@ -195,9 +195,9 @@ class _Server:
             "supports_state": bool(getattr(self.env, "supports_state", False)),
         }
 
-    def _pause(self) -> None:
+    def _pause(self, env_ids: Any = None) -> None:
         if self.wall is not None:
-            self.wall.pause()
+            self.wall.pause(env_ids)
 
     def reset(self, msg: ResetRequest) -> tuple[Any, ...]:
         self._pause()
@@ -206,7 +206,7 @@ class _Server:
         return self._reply(result.task_descriptions, result.infos)
 
     def reset_some(self, msg: ResetSomeRequest) -> tuple[Any, ...]:
-        self._pause()
+        self._pause(msg.env_ids)
         result = self.env.reset_some_envs(msg.env_ids, msg.state_ids, msg.task_ids)
         self.writer.write(result.obs)  # type: ignore[union-attr]
         return self._reply(result.task_descriptions, result.infos)
