@@ -53,7 +53,7 @@ class LiberoSim:
         # LIBERO's own wrapper and arguments; only the task class is its dense variant, which
         # takes the compiled model and render context from the process's scene cache.
         plus = task.plus
-        view = None if plus is None else plus.view
+        view = None if plus is None else plus.camera_view
         with building_dense(get_problem_info(task.bddl_file)["problem_name"], self.scenes, view):
             # ignore_done: robosuite would refuse to step past its horizon (1000 steps); episode
             # length is envfleet's business (max_episode_steps). It changes nothing else.

@@ -11,8 +11,9 @@ starting from the task's own agentview pose (position, ``wxyz`` quaternion),
 5. with ``E != 0``, by ``-E`` degrees about y.
 
 After each step LIBERO-plus rounds every coordinate to 4 decimals, so even the identity view
-``(0, 0, 100, 0, 0)`` moves the camera by up to 5e-5 m against LIBERO's: done here too, so that a
-robot-start, language or noise task sees LIBERO-plus's camera. Orientation is composed as
+``(0, 0, 100, 0, 0)`` moves the camera by up to 5e-5 m against LIBERO's. Its problem classes do so
+for every task, a layout task (no ``_view_`` suffix) included: done here too (the identity view,
+:attr:`.data.PlusTask.camera_view`), so that every task sees LIBERO-plus's camera. Orientation is composed as
 ``rotation * camera`` (the camera rotated in the world frame).
 """
 

@@ -41,6 +41,7 @@ __all__ = [
     "INSTALL_COMMAND",
     "ASSETS_URL",
     "DIMENSIONS",
+    "IDENTITY_VIEW",
     "LEADERBOARD_NAMES",
     "PLUS_SUITES",
     "LIBERO_PROBLEMS",
@@ -109,6 +110,9 @@ LIBERO_OBJECTS = frozenset(
     yellow_tomato_sauce""".split()
 )
 
+#: The view that leaves the camera where the task put it (up to LIBERO-plus's rounding).
+IDENTITY_VIEW: tuple[int, int, int, int, int] = (0, 0, 100, 0, 0)
+
 
 @dataclass(frozen=True)
 class PlusTask:
@@ -141,13 +145,21 @@ class PlusTask:
     new_objects: tuple[str, ...] = ()
 
     @property
+    def camera_view(self) -> tuple[int, int, int, int, int]:
+        """The view its agentview camera is built with: :attr:`view`, or the identity for a task without one.
+
+        LIBERO-plus's problem classes send every task's camera through the view transform, whose
+        rounding moves even the identity view's camera (:mod:`.camera`); a layout task's too.
+        """
+        return self.view if self.view is not None else IDENTITY_VIEW
+
+    @property
     def needs_assets(self) -> bool:
         """Whether it needs LIBERO-plus's assets folder: a scene of LIBERO-plus's, or objects LIBERO lacks."""
         return self.problem not in LIBERO_PROBLEMS or bool(self.new_objects)
 
 
 _VIEW = re.compile(r"_view_(\d+)_(\d+)_(\d+)_(\d+)_(\d+)_initstate_(\d+)(?:_noise_(\d+))?$")
-_IDENTITY_VIEW = (0, 0, 100, 0, 0)
 
 
 def parse_view(name: str) -> tuple[tuple[int, int, int, int, int], int, int] | None:
@@ -177,7 +189,7 @@ def dimension_of(name: str) -> str:
         return "layout"
     view = parse_view(name)
     if view is not None:
-        return "camera" if view[0] != _IDENTITY_VIEW else "robot"
+        return "camera" if view[0] != IDENTITY_VIEW else "robot"
     if "_table_" in name or "_tb_" in name:
         return "background"
     raise ValueError(f"LIBERO-plus task {name!r} has no suffix of a known dimension")
