@@ -81,8 +81,9 @@ def _motion_blur(x: np.ndarray, severity: int, rng: np.random.Generator) -> np.n
     rows, cols = np.arange(h)[:, None], np.arange(w)[None, :]
     out = np.zeros_like(x)
     for k, weight in zip(steps, weights):
-        dy, dx = int(round(k * np.sin(angle))), int(round(k * np.cos(angle)))
-        out += weight * x[np.clip(rows - dy, 0, h - 1), np.clip(cols - dx, 0, w - 1)]
+        # Pixel k of the line lies ahead of the pixel, along the angle, rounded half down (ImageMagick's offsets).
+        dy, dx = int(np.ceil(k * np.sin(angle) - 0.5)), int(np.ceil(k * np.cos(angle) - 0.5))
+        out += weight * x[np.clip(rows + dy, 0, h - 1), np.clip(cols + dx, 0, w - 1)]
     return out
 
 
