@@ -294,11 +294,10 @@ def check_bad_inputs(seq: VerlVlaSequence, chunk: int) -> None:
 @pytest.mark.parametrize(
     ("path", "value", "match"),
     [
-        (("action_execution", "mode"), "async", "asynchronous action execution"),
-        (("action_execution", "interpolation", "enable"), True, "action interpolation"),
-        (("action_execution", "serial_smoothing", "enable"), True, "action smoothing"),
+        (("action_execution", "mode"), "eager", "must be 'serial' or 'async'"),
+        (("action_execution", "smooth_overlapping_actions"), True, "smooth_overlapping_actions and .*mode: serial do not go together"),
         (("teleop", "enable"), True, "teleoperation"),
-        (("target_step_hz",), 10.0, "target_step_hz"),
+        (("target_step_hz",), 10.0, "target_step_hz and .*action_execution.mode: serial do not go together"),
         (("simulator", "simulator_type"), "arena", "verl-vla's own simulator"),
         (("modes",), ["train", "test"], "expected some of"),
     ],
@@ -411,3 +410,61 @@ def test_env_pool_no_node_can_hold_is_a_placement_error_at_once(local_ray) -> No
             pool.get_placement_groups(strategy="STRICT_PACK")
         assert pool.pgs is None
     assert time.monotonic() - t0 < 60  # a bounded error, not a wait for a node that never comes
+
+
+def test_verl_vla_execution_keys_map_to_train_execution() -> None:
+    cfg = env_config(False, 8, 2, horizon=16)
+    worker = cfg["env_worker"]
+    worker["action_execution"] = {
+        "mode": "async",
+        "replan_after_steps": 4,
+        "smooth_overlapping_actions": True,
+        "interpolation": {"enable": True, "factor": 3},
+        "serial_smoothing": {"enable": False},
+    }
+    worker["target_step_hz"] = 30.0
+    worker["log_step_latency"] = True
+    settings = read_config(cfg)
+    execution = settings.fleet_config["train"]["execution"]
+    assert execution == {
+        "interpolation": {"enable": True, "factor": 3},
+        "mode": "realtime",
+        "clock": "wall",
+        "horizon": 4,
+        "smooth_overlap": True,
+        "target_step_hz": 30.0,
+    }
+    assert settings.realtime and settings.log_step_latency
+    worker["simulator"]["envfleet"]["execution"] = {"clock": "sim", "delay": 2}  # envfleet's own keys win
+    worker["target_step_hz"] = None
+    assert read_config(cfg).fleet_config["train"]["execution"]["clock"] == "sim"
+    worker["action_execution"]["serial_smoothing"] = {"enable": True, "execution_steps": 4, "blend_steps": 2}
+    with pytest.raises(ConfigError, match=r"serial_smoothing.enable and .*action_execution.mode: async do not go together"):
+        read_config(cfg)
+    del worker["simulator"]["envfleet"]["execution"]
+    worker["action_execution"] = {"mode": "serial", "serial_smoothing": {"enable": True, "execution_steps": 5, "blend_steps": 3}}
+    assert read_config(cfg).fleet_config["train"]["execution"] == {
+        "serial_smoothing": {"enable": True, "execution_steps": 5, "blend_steps": 3}
+    }
+
+
+def test_async_execution_in_verl_vla_order_of_calls_reports_what_ran(local_ray) -> None:
+    """``action_execution.mode: async`` (replan after 4 of 8): verl-vla's [n, T] result shapes, and what ran."""
+    chunk, interactions = 8, 3
+    cfg = env_config(False, chunk, interactions, horizon=chunk * interactions, task_ids=[2, 0], num_trials_per_task=3)
+    cfg["env_worker"]["action_execution"].update(mode="async", replan_after_steps=4, smooth_overlapping_actions=True)
+    seq = VerlVlaSequence(cfg, workers=W, chunk=chunk, solve=(0,), sim=SIM)
+    seq.start()
+    out, _ = seq.rollout()
+    check_step_keys(out, chunk)
+    for stage_steps in out.steps:
+        for k, st in enumerate(stage_steps):
+            r = st.result
+            assert tuple(r.batch["next.applied_action"].shape) == (W * N, 4, 7)
+            assert not r.batch["next.reward"][:, 4:].any() and not r.batch["next.terminated"][:, 4:].any()  # padded to T
+            if k == 0:
+                assert not r.batch["next.action_delay"].any()  # the first chunk after a reset
+            source = r.batch["next.action_source"].numpy()
+            for i, d in enumerate(r.batch["next.action_delay"].tolist()):
+                assert (source[i, d:] == 1).all(), (k, i, d, source[i])
+    shutdown_leaves_nothing(seq)

@@ -60,7 +60,7 @@ def hooked_ray():
         ray.shutdown()
 
 
-def cluster_config(simulator: Any, auto_reset: bool, modes: list[str], workers: int, interactions: int) -> Any:
+def cluster_config(simulator: Any, auto_reset: bool, modes: list[str], workers: int, interactions: int, execution: Any = None) -> Any:
     """verl-vla's EnvLoopTrainClusterConfig, typed, built from verl-vla's own classes."""
     from verl_vla.recorder.config import RecorderConfig
     from verl_vla.train_cluster.config import (
@@ -79,6 +79,7 @@ def cluster_config(simulator: Any, auto_reset: bool, modes: list[str], workers: 
         modes=modes,
         simulator=simulator,
         recorder=RecorderConfig(enable=False),
+        **({} if execution is None else {"action_execution": execution}),
     )
     return EnvLoopTrainClusterConfig(
         resource=EnvLoopTrainResourceConfig(
@@ -171,4 +172,33 @@ def test_verl_vla_train_cluster_drives_envfleet_libero(hooked_ray) -> None:
     print("verl-vla TrainCluster over envfleet (LIBERO):", {k: v for k, v in val.items() if k.startswith("val/")})
     assert val["val/benchmark_size"] == 2.0 and val["val/trajectory_count"] == 2.0
     assert val["val/per_task_success_rate/task_0"] == 0.0
+    assert not gone(out["pids"]), "processes left after TrainCluster.shutdown()"
+
+
+def test_verl_vla_train_cluster_drives_envfleet_with_async_execution(hooked_ray) -> None:
+    """verl-vla's ``action_execution.mode: async`` (replan after 4 of 8, overlap smoothed), its own typed config."""
+    from verl_vla.envs.action_executor import ActionExecutionConfig
+
+    from envfleet_ray.verl_vla import SimulatorConfig
+
+    sim = SimulatorConfig(
+        simulator_type="toy",
+        seed=7,
+        task_ids=[1, 0],
+        envfleet={
+            "max_episode_steps": 40,
+            "init_params": {"camera_heights": 32, "camera_widths": 32},
+            "toy": {"num_tasks": 3, "states_per_task": 4, "envs_per_process": 2},
+        },
+    )
+    execution = ActionExecutionConfig(mode="async", replan_after_steps=4, smooth_overlapping_actions=True)
+    config = cluster_config(sim, auto_reset=True, modes=["train", "eval"], workers=2, interactions=3, execution=execution)
+    out = ray.get(run_train_cluster.remote(config, ScriptedPolicy, 1))
+    data, metrics = out["rollouts"][0]
+    print("verl-vla TrainCluster over envfleet, async:", {k: round(v, 3) for k, v in metrics.items() if k.startswith("data/")})
+    assert tuple(data.batch["next.success"].shape) == (8, 3, 8)  # verl-vla's [n, T] per call
+    assert tuple(data.batch["next.applied_action"].shape) == (8, 3, 4, 7)
+    delays = data.batch["next.action_delay"]
+    assert (delays[:, 0] == 0).all() and (delays <= 4).all()
+    assert out["eval"]["val/benchmark_size"] == 8.0
     assert not gone(out["pids"]), "processes left after TrainCluster.shutdown()"

@@ -28,6 +28,7 @@ This is the only module of envfleet that imports verl-vla, and only for
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +37,7 @@ import torch
 
 from envfleet.dataproto import DataProto
 from envfleet.errors import InvalidInputError
+from envfleet.execution import RESULT_KEYS
 from envfleet.states import ResetPlan
 
 from .runtime.worker import EnvWorker as FleetWorker
@@ -126,6 +128,7 @@ class EnvWorker(Worker):  # type: ignore[misc]
         self._rows: dict[tuple[str, int], np.ndarray] = {}  # (mode, stage) -> the state id each env runs
         self._latest: dict[tuple[str, int], Any] = {}  # (mode, stage) -> the latest observations, reset keys
         self._popper: RankDatasetPopper | None = None  # pop_lerobot_dataset's, built on first use
+        self._latency_steps = 0  # log_step_latency's count of sub-steps
         self._register_dispatch_collect_info(MESH, dp_rank=self.rank, is_collect=True)
 
     # ------------------------------------------------------------------ lifecycle
@@ -245,10 +248,13 @@ class EnvWorker(Worker):  # type: ignore[misc]
         in_range = isinstance(stage, (int, np.integer)) and not isinstance(stage, bool) and 0 <= stage < self.stage_num
         if in_range and (mode, int(stage)) not in self._rows:
             raise InvalidInputError(f"stage {stage} of mode {mode!r} has not been reset: call reset_env(mode={mode!r}) first")
+        t0 = time.perf_counter()
         result = self.worker.env_interact_step(request)
         stage = int(stage)
         batch = result.batch
         assert batch is not None
+        if self.settings.log_step_latency:
+            self._log_latency(mode, stage, batch, time.perf_counter() - t0)
         terminated, truncated = batch["terminations"].bool(), batch["truncations"].bool()
         observed = result
         if self.settings.auto_reset:
@@ -258,16 +264,32 @@ class EnvWorker(Worker):  # type: ignore[misc]
         # The per-sub-step success, apart from terminations (which may include failures).
         success = batch["success"].bool() if "success" in batch.keys() and batch["success"].shape == terminated.shape else terminated
         tensors = {f"obs.{k}": v for k, v in latest.batch.items()}
-        tensors.update(
-            {
-                "next.reward": batch["rews"].float(),
-                "next.terminated": terminated,
-                "next.truncated": truncated,
-                "next.success": success,
-            }
-        )
+        flags = {"next.reward": batch["rews"].float(), "next.terminated": terminated, "next.truncated": truncated, "next.success": success}
+        if self.settings.realtime:
+            # verl-vla's async results are [n, T] for a call of T actions: the horizon's sub-steps, padded or folded.
+            flags = {key: _to_call_length(value, action.shape[1]) for key, value in flags.items()}
+            tensors.update({f"next.{key}": batch[key] for key in RESULT_KEYS})
+        tensors.update(flags)
         non_tensors = {f"obs.{k}": v for k, v in latest.non_tensor_batch.items()}
         return VerlDataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+    def _log_latency(self, mode: str, stage: int, batch: Any, call_s: float) -> None:
+        """verl-vla's ``log_step_latency`` lines, one per sub-step: under the wall clock each sub-step's own time
+        (from ``substep_t``), otherwise the call's time shared out over its sub-steps."""
+        steps = int(batch["rews"].shape[1])
+        if "substep_t" in batch.keys():
+            starts = batch["substep_t"][0].double().numpy()
+            each = np.diff(starts, append=starts[-1] + (starts[-1] - starts[0]) / max(steps - 1, 1)) * 1000.0
+        else:
+            each = np.full(steps, call_s * 1000.0 / max(steps, 1))
+        name = self.settings.fleet_config["train"]["simulator_type"]
+        for ms in each:
+            self._latency_steps += 1
+            print(
+                f"[step-latency] rank={self.rank} stage={stage} env={name} step={self._latency_steps} num_envs={self.num_envs} "
+                f"env_step_ms={ms:.2f} teleop_publish_ms=0.00 record_ms=0.00 total_ms={ms:.2f}",
+                flush=True,
+            )
 
     def _auto_reset(self, mode: str, stage: int, done: np.ndarray, result: DataProto) -> DataProto:
         """Reset the envs whose episode ended in the chunk to states drawn as verl-vla's env does:
@@ -402,3 +424,18 @@ def __getattr__(name: str) -> Any:
         globals()[name] = cls
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _to_call_length(values: torch.Tensor, length: int) -> torch.Tensor:
+    """``[n, H]`` per-sub-step values as ``[n, length]``: padded (zeros, False) when ``H < length``; when the
+    interpolation made ``H`` longer, sub-step ``h`` counted in column ``h * length // H`` (rewards summed, flags or'ed)."""
+    n, steps = values.shape[0], values.shape[1]
+    if steps == length:
+        return values
+    if steps < length:
+        out = torch.zeros((n, length), dtype=values.dtype)
+        out[:, :steps] = values
+        return out
+    column = torch.arange(steps) * length // steps
+    summed = torch.zeros((n, length), dtype=torch.float32).index_add_(1, column, values.float())
+    return summed if values.dtype.is_floating_point else summed > 0

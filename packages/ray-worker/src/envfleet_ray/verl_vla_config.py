@@ -15,10 +15,18 @@ filters (``task_ids``, ``num_trials_per_task``, ``specific_reset_id``). Any othe
 is an envfleet backend, configured by the section's ``envfleet`` keys (envfleet's
 ``train`` layout) and the filters beside it. ``envfleet`` keys win over mapped ones.
 
+``action_execution`` maps to envfleet's ``train.execution`` (:mod:`envfleet.execution`):
+``mode: async`` to ``mode: realtime`` on ``clock: wall`` (verl-vla's executor runs on the wall
+clock; ``simulator.envfleet.execution.clock: sim`` makes it reproducible), ``replan_after_steps``
+to ``horizon``, ``smooth_overlapping_actions`` to ``smooth_overlap``, ``interpolation`` and
+``serial_smoothing`` as they are, ``target_step_hz`` to ``execution.target_step_hz`` (async only).
+``log_step_latency`` is the adapter's: a ``[step-latency]`` line per sub-step, as verl-vla prints.
+A combination envfleet does not serve (serial smoothing or pacing under ``mode: serial`` with
+async's keys, pacing of serial stepping) is a ConfigError naming both keys.
+
 Refused with a :class:`~envfleet.errors.ConfigError` naming the key, since envfleet
-does not serve them: asynchronous action execution, interpolation, serial smoothing,
-teleoperation, ``target_step_hz``, ``confirm_before_record``,
-``log_step_latency`` and verl-vla's own ``arena`` and ``piper`` simulators.
+does not serve them: teleoperation, ``confirm_before_record`` and verl-vla's own ``arena``
+and ``piper`` simulators.
 verl-vla's ``video`` recorder maps to envfleet's ``video_cfg``; its ``lerobot`` recorder to
 envfleet's ``train.record`` (``format: lerobot``, ``dir: {lerobot.root}/{lerobot.repo_id}_envfleet``),
 whose datasets ``pop_lerobot_dataset`` hands out (:mod:`envfleet_ray.verl_vla_record`). ``auto_reset`` is the
@@ -57,6 +65,8 @@ class VerlVlaSettings:
     state_dtype: torch.dtype  # verl-vla's LIBERO hands out float64 state
     fleet_config: dict[str, Any] = field(default_factory=dict)  # envfleet's config (load_config layout)
     lerobot: dict[str, str] | None = None  # verl-vla's recorder.lerobot root and repo_id, when it records
+    realtime: bool = False  # action_execution.mode: async
+    log_step_latency: bool = False  # print verl-vla's [step-latency] lines
 
 
 def plain(value: Any) -> Any:
@@ -88,22 +98,26 @@ def _refuse(worker: dict[str, Any]) -> None:
     """A ConfigError for the first key envfleet does not serve."""
     where = "cluster.env.env_worker"
     execution = _section(worker, "action_execution", where)
-    refused = [
-        (execution.get("mode", "serial") != "serial", "action_execution.mode", "asynchronous action execution"),
-        (bool(_section(execution, "interpolation", where).get("enable")), "action_execution.interpolation.enable", "action interpolation"),
+    mode = execution.get("mode", "serial")
+    if mode not in ("serial", "async"):
+        raise ConfigError(f"{where}.action_execution.mode must be 'serial' or 'async', got {mode!r}")
+    both = [
         (
-            bool(_section(execution, "serial_smoothing", where).get("enable")),
+            mode == "async" and bool(_section(execution, "serial_smoothing", where).get("enable")),
             "action_execution.serial_smoothing.enable",
-            "action smoothing",
         ),
+        (mode == "serial" and bool(execution.get("smooth_overlapping_actions")), "action_execution.smooth_overlapping_actions"),
+        (mode == "serial" and worker.get("target_step_hz") is not None, "target_step_hz"),
+    ]
+    for bad, key in both:
+        if bad:
+            raise ConfigError(
+                f"{where}.{key} and {where}.action_execution.mode: {mode} do not go together in envfleet's env worker: "
+                + ("serial smoothing is for mode serial" if "serial_smoothing" in key else "it needs mode async")
+            )
+    refused = [
         (bool(_section(worker, "teleop", where).get("enable")), "teleop.enable", "teleoperation"),
-        (worker.get("target_step_hz") is not None, "target_step_hz", "step pacing"),
         (bool(worker.get("confirm_before_record")), "confirm_before_record", "teleoperated recording"),
-        (
-            bool(worker.get("log_step_latency")),
-            "log_step_latency",
-            "verl-vla's step-latency log (envfleet_ray's finish_rollout reports times)",
-        ),
     ]
     for bad, key, what in refused:
         if bad:
@@ -162,6 +176,8 @@ def read_config(config: Any) -> VerlVlaSettings:
     if unknown or not modes:
         raise ConfigError(f"cluster.env.env_worker.modes {list(modes)}: expected some of {list(_MODES)}")
     train, filters, seed = _simulator(_section(worker, "simulator", "cluster.env.env_worker"))
+    execution = _execution(worker)
+    train["execution"] = _merge(execution, train.get("execution") or {})  # envfleet's own keys win
     auto_reset = bool(worker.get("auto_reset", False))
     train["num_envs"] = int(worker.get("num_envs", 1))
     # The adapter resets finished envs itself, to states drawn from the filtered pool as
@@ -191,7 +207,31 @@ def read_config(config: Any) -> VerlVlaSettings:
         state_dtype=torch.float64 if train["simulator_type"] == "libero" else torch.float32,
         fleet_config=fleet,
         lerobot=lerobot,
+        realtime=train["execution"].get("mode") == "realtime",
+        log_step_latency=bool(worker.get("log_step_latency")),
     )
+
+
+def _execution(worker: dict[str, Any]) -> dict[str, Any]:
+    """envfleet's ``train.execution`` of verl-vla's ``action_execution`` and ``target_step_hz`` (checked by :func:`_refuse`)."""
+    where = "cluster.env.env_worker.action_execution"
+    section = _section(worker, "action_execution", "cluster.env.env_worker")
+    out: dict[str, Any] = {}
+    interpolation = _section(section, "interpolation", where)
+    if interpolation.get("enable"):
+        out["interpolation"] = {"enable": True, "factor": int(interpolation.get("factor", 2))}
+    smoothing = _section(section, "serial_smoothing", where)
+    if smoothing.get("enable"):
+        steps = (int(smoothing.get("execution_steps", 80)), int(smoothing.get("blend_steps", 20)))
+        out["serial_smoothing"] = {"enable": True, "execution_steps": steps[0], "blend_steps": steps[1]}
+    if section.get("mode", "serial") == "async":
+        replan = int(section.get("replan_after_steps", 1))
+        if replan <= 0:
+            raise ConfigError(f"{where}.replan_after_steps must be positive (sub-steps a call runs), got {replan}")
+        out.update(mode="realtime", clock="wall", horizon=replan, smooth_overlap=bool(section.get("smooth_overlapping_actions", False)))
+        if worker.get("target_step_hz") is not None:
+            out["target_step_hz"] = float(worker["target_step_hz"])
+    return out
 
 
 def _lerobot(recorder: dict[str, Any]) -> dict[str, str] | None:
