@@ -196,7 +196,7 @@ def test_serial_smoothing_that_exceeds_the_plan_and_latency_without_control_fps_
         ConfigError, match=r"serial_smoothing.execution_steps' \+ 'blend_steps' \(6 \+ 20\) must not exceed the plan's sub-steps \(8"
     ):
         toy_cfg(N, CHUNK, 1, *smoothing)
-    with pytest.raises(ConfigError, match="declares no control_fps"):
+    with pytest.raises(ConfigError, match="declares no control_fps: set .train.execution.control_fps."):
         load_config(
             overrides=[
                 "train.simulator_type=gymnasium",
@@ -234,3 +234,13 @@ def test_without_a_chunk_length_each_call_sets_it_and_must_cover_the_horizon() -
         out = mgr.chunk_step(long[:, :4])
         np.testing.assert_array_equal(out.infos["applied_action"][:, :2], long[:, 3:5])  # the queue, until the delay
         np.testing.assert_array_equal(out.infos["applied_action"][:, 2], long[:, 2])  # then the new chunk at index 2
+
+
+def test_the_fingerprint_states_a_realtime_schedule_and_leaves_mode_chunk_as_it_was() -> None:
+    from envfleet.fingerprint import protocol
+    from envfleet.plugins import get_backend
+
+    toy = get_backend("toy")
+    assert "execution" not in protocol(toy_cfg(N, CHUNK, 1).train, toy, {})
+    stated = protocol(toy_cfg(N, CHUNK, 1, *LATENCY).train, toy, {})["execution"]
+    assert stated["mode"] == "realtime" and stated["delay"] == "latency" and stated["latency"]["mean_ms"] == 250.0

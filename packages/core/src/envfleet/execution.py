@@ -145,6 +145,7 @@ class ExecutionConfig:
     # `latency`, seeded) or "caller" (each call's own, e.g. a measured inference time)
     delay: Any = 0
     latency: LatencyConfig = field(default_factory=LatencyConfig)
+    control_fps: float | None = None  # delay latency: sub-steps per second of simulated time; null: the backend's control_fps
     on_empty: OnEmpty = OnEmpty.hold  # realtime: what runs when an env's queue is empty before the next chunk arrives
     seed: int | None = None  # the latency draws' seed; null: the section's seed
     smooth_overlap: bool = False  # realtime: blend the queue still running into the new chunk (verl-vla's smooth_overlapping_actions)
@@ -276,10 +277,13 @@ def check_execution(
         raise ConfigError(f"config key '{where}delay' must be between 0 and the horizon ({horizon} sub-steps), got {execution.delay}")
     if kind == "latency":
         lat = execution.latency
-        if control_fps is None:
+        if execution.control_fps is not None and execution.control_fps <= 0:
+            raise ConfigError(f"config key '{where}control_fps' must be > 0 (sub-steps per second) or null, got {execution.control_fps}")
+        if control_fps is None and execution.control_fps is None:
             raise ConfigError(
-                f"config key '{where}delay: latency' needs the backend's control rate to turn ms into sub-steps, and backend "
-                f"{backend!r} declares no control_fps: give '{where}delay' in sub-steps instead"
+                f"config key '{where}delay: latency' needs a control rate to turn ms into sub-steps, and backend "
+                f"{backend!r} declares no control_fps: set '{where}control_fps' (sub-steps per second of simulated time), "
+                f"or give '{where}delay' in sub-steps"
             )
         if min(lat.mean_ms, lat.std_ms, lat.low_ms, lat.high_ms) < 0 or lat.high_ms < lat.low_ms:
             raise ConfigError(f"config keys '{where}latency.*' must be >= 0 ms, with high_ms >= low_ms; got {dict(lat)}")
@@ -368,7 +372,7 @@ class Schedule:
         self.delay = execution.delay
         self.kind = _delay_kind(self.delay, "")
         self.latency = execution.latency
-        self.fps = control_fps
+        self.fps = control_fps if execution.control_fps is None else float(execution.control_fps)
         self.hold = str(execution.on_empty) == OnEmpty.hold.value
         self.smooth = bool(execution.smooth_overlap)
         smoothing = execution.serial_smoothing

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .execution import describe
 from .named_protocols import protocol_record
 
 __all__ = ["protocol", "fingerprint", "package_versions"]
@@ -56,6 +57,9 @@ def protocol(section: Any, spec: Any, renderer: Mapping[str, str]) -> dict[str, 
         # What recording asks of the simulator: with frames: step the recorded envs render every sub-step.
         step = str(getattr(record.frames, "value", record.frames)) == "step"
         parts["recording"] = {"frames": "step" if step else "chunk", "renders": "every sub-step" if step else str(section.render)}
+    execution = describe(section)
+    if execution is not None:  # the schedule of actions is part of the experiment (mode chunk leaves the hash as it was)
+        parts["execution"] = execution
     return {
         "backend": str(spec.name),
         "packages": package_versions(["envfleet", spec.package, *spec.result_packages]),
