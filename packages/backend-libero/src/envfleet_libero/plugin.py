@@ -112,7 +112,7 @@ def config_findings(cfg: Any) -> list[tuple[str, str, str]]:
     """``envfleet doctor --config``: for a LIBERO-plus suite, which dimensions this install runs, and the assets folder."""
     if cfg.task_suite_name not in PLUS_SUITES:
         return []
-    from .plus.data import ASSETS_URL, DIMENSIONS, plus_tasks
+    from .plus.data import ASSETS_URL, DIMENSIONS, plus_tasks  # the plus data is read only for a plus suite
 
     tasks = plus_tasks(str(cfg.task_suite_name))
     selection = plus_selection(cfg)

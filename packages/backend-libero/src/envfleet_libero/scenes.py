@@ -1,5 +1,7 @@
 """Scenes shared by the LIBERO envs of one process.
 
+One job: one compiled model and render context per task and process, shared by the envs built on it.
+
 Everything heavy in a LIBERO env belongs to its task, not to the env: the compiled
 MuJoCo model (meshes and textures) and the render context those are uploaded into.
 A :class:`SceneCache` holds them once per process: one GL context, and per compiled

@@ -29,6 +29,7 @@ import pickle
 import re
 import zipfile
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -208,8 +209,6 @@ def data_root() -> Path:
 
     :raises ConfigError: the package is not installed (naming the install command).
     """
-    from importlib import metadata
-
     try:
         dist = metadata.distribution(PACKAGE)
     except metadata.PackageNotFoundError:

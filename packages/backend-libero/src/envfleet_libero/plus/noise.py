@@ -163,7 +163,7 @@ def _swap_kernel():  # type: ignore[no-untyped-def]
     # numba (robosuite's dependency) compiles the sequential loop once per process; 200k swaps a frame.
     global _SWAP
     if _SWAP is None:
-        import numba
+        import numba  # its import (LLVM) costs a second: only a process that glass-blurs pays it
 
         @numba.njit(cache=False)
         def swap(img, rows, cols, shifts):  # type: ignore[no-untyped-def]
