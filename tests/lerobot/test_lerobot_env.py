@@ -282,3 +282,23 @@ def test_the_episode_horizon_comes_from_the_config_else_the_backends_spec() -> N
 
     assert episode_bound(load_config(overrides=["train.simulator_type=toy", "train.max_episode_steps=7"])) == 7
     assert episode_bound(load_config(overrides=["train.simulator_type=toy"])) == DEFAULT_MAX_EPISODE_STEPS
+
+
+def test_a_realtime_config_runs_behind_lerobot_and_its_infos_say_what_ran(no_leaks):
+    realtime = ["train.execution.mode=realtime", "train.execution.delay=1"]
+    envs = make_env(toy_env_config(n_action_steps=4, overrides=[*TOY, *realtime]), n_envs=2)
+    try:
+        env = envs["toy"][0]
+        env.reset(seed=[0, 1], options={"lerobot_new_rollout": True})
+        delays, applied = [], []
+        for chunk in range(3):
+            for k in range(4):
+                action = np.full((2, 7), 0.1 * (4 * chunk + k), np.float32)
+                _, _, _, _, infos = env.step(action)
+            delays.append(infos["action_delay"].tolist())
+            applied.append(infos["applied_action"])
+        assert delays == [[0, 0], [1, 1], [1, 1]]  # the first chunk after the reset arrives at once
+        # The second chunk (actions 0.4..0.7) arrived a sub-step late: the first chunk's last action (0.3) held.
+        np.testing.assert_allclose(applied[1][:, :, 0], [[0.3, 0.5, 0.6, 0.7]] * 2, rtol=1e-6)
+    finally:
+        close_envs(envs)
