@@ -5,7 +5,9 @@ For each task: ``episodes``; ``successes`` (success at any sub-step of the episo
 last sub-step) and ``success_at_end_rate``; ``successful_at_reset`` (episodes whose
 initial state already passed the success check: it should be 0); ``mean_return`` and
 ``mean_length``. With terminations on (LIBERO's protocol: an episode ends at its first
-success) the two success counts are equal; with ``ignore_terminations`` they differ.
+success) the two success counts are equal; with ``ignore_terminations`` they differ. Where
+the backend groups its tasks (``BackendSpec.task_groups``, e.g. LIBERO-plus's perturbation
+dimensions), each row has its ``group`` and :func:`group_rows` sums the rows per group.
 
 >>> a, b = TaskStats(episodes=2, successes=1, length_sum=30), TaskStats(episodes=1, successes=1, length_sum=10)
 >>> a.add(b).as_dict()["success_rate"]
@@ -23,7 +25,7 @@ import numpy as np
 
 from envfleet.fingerprint import fingerprint
 
-__all__ = ["TaskStats", "EpisodeMetrics", "merge_per_task", "merge_metrics"]
+__all__ = ["TaskStats", "EpisodeMetrics", "group_rows", "merge_per_task", "merge_metrics"]
 
 
 @dataclass
@@ -37,6 +39,7 @@ class TaskStats:
     return_sum: float = 0.0
     length_sum: float = 0.0
     description: str = ""
+    group: str | None = None  # the backend's group of the task (BackendSpec.task_groups); None: ungrouped
 
     def add(self, other: TaskStats) -> TaskStats:
         """Add ``other``'s counts to these (the first description seen is kept); returns self."""
@@ -47,6 +50,7 @@ class TaskStats:
         self.return_sum += other.return_sum
         self.length_sum += other.length_sum
         self.description = self.description or other.description
+        self.group = self.group or other.group
         return self
 
     def as_dict(self) -> dict[str, Any]:
@@ -62,6 +66,7 @@ class TaskStats:
             "successful_at_reset": self.successful_at_reset,
             "mean_return": self.return_sum / eps if eps else 0.0,
             "mean_length": self.length_sum / eps if eps else 0.0,
+            **({"group": self.group} if self.group is not None else {}),
         }
 
     @classmethod
@@ -76,6 +81,7 @@ class TaskStats:
             return_sum=float(row["mean_return"]) * eps,
             length_sum=float(row["mean_length"]) * eps,
             description=str(row.get("description", "")),
+            group=None if row.get("group") is None else str(row["group"]),
         )
 
 
@@ -113,6 +119,26 @@ class EpisodeMetrics:
         return {task: stats.as_dict() for task, stats in sorted(self.per_task.items())}
 
 
+def group_rows(per_task: Mapping[Any, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per group, in the order groups first appear: episodes, successes (any step and at the end), the rate;
+    empty where no row has a ``group``.
+
+    >>> group_rows({0: {"group": "camera", "episodes": 2, "successes": 1, "successes_at_end": 1}})["camera"]["success_rate"]
+    0.5
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for row in per_task.values():
+        if row.get("group") is None:
+            continue
+        g = out.setdefault(str(row["group"]), {"episodes": 0, "successes": 0, "successes_at_end": 0})
+        g["episodes"] += int(row["episodes"])
+        g["successes"] += int(row["successes"])
+        g["successes_at_end"] += int(row.get("successes_at_end", 0))
+    for g in out.values():
+        g["success_rate"] = g["successes"] / g["episodes"] if g["episodes"] else 0.0
+    return out
+
+
 def merge_per_task(parts: Iterable[Mapping[Any, Mapping[str, Any]]]) -> dict[int, dict[str, Any]]:
     """Sum several workers' ``per_task`` dicts into one."""
     total: dict[int, TaskStats] = {}
@@ -135,8 +161,10 @@ def _group_fingerprint(per_worker: Sequence[dict[str, Any]]) -> dict[str, Any] |
 def merge_metrics(per_worker: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Sum the workers' finish_rollout metrics into one."""
     times = {k: sum(m["time"][k] for m in per_worker) for k in ("simulator_s", "transfer_s", "worker_s")}
+    per_task = merge_per_task(m["per_task"] for m in per_worker)
     return {
-        "per_task": merge_per_task(m["per_task"] for m in per_worker),
+        "per_task": per_task,
+        "per_group": group_rows(per_task),
         "episodes": sum(m["episodes"] for m in per_worker),
         "successes": sum(m["successes"] for m in per_worker),
         "env_steps": sum(m["env_steps"] for m in per_worker),

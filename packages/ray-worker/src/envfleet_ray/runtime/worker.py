@@ -45,7 +45,7 @@ from envfleet.remote import build_manager
 from . import ready_calls
 from .batch import OBS_KEYS, create_env_batch_dataproto, env_batch_dataproto, put_tensor_cpu
 from .lane import LaneServer
-from .metrics import EpisodeMetrics
+from .metrics import EpisodeMetrics, group_rows
 from .stages import StageState
 from .startup import stage_status
 
@@ -336,7 +336,9 @@ class EnvWorker:
 
         ``per_task``: task id -> :meth:`~envfleet_ray.runtime.metrics.TaskStats.as_dict` (description,
         episodes, successes and success_rate at any step, successes_at_end and
-        success_at_end_rate, successful_at_reset, mean_return, mean_length); ``warnings``
+        success_at_end_rate, successful_at_reset, mean_return, mean_length, and ``group`` where
+        the backend groups its tasks, e.g. LIBERO-plus's dimension); ``per_group``: those rows
+        summed per group (:func:`~envfleet_ray.runtime.metrics.group_rows`); ``warnings``
         (e.g. episodes already successful at reset); ``protocol``, ``state_ids_used`` and
         ``fingerprint`` (:mod:`envfleet.fingerprint`; each video also gets a ``.json`` sidecar
         with its stage's fingerprint); ``sim_restarts``; ``restart_causes``: one entry per
@@ -352,12 +354,13 @@ class EnvWorker:
         videos = self._flush_videos(managers, parts, used)
         datasets = self._flush_datasets(managers, parts, used)
         metrics = self._metrics.pop(mode, EpisodeMetrics())
-        per_task = metrics.per_task_dict()
+        per_task = self._with_groups(mode, metrics.per_task_dict())
         all_used = set().union(*used)
         return {
             "rank": self.rank,
             "mode": mode,
             "per_task": per_task,
+            "per_group": group_rows(per_task),
             "episodes": sum(r["episodes"] for r in per_task.values()),
             "successes": sum(r["successes"] for r in per_task.values()),
             "env_steps": metrics.env_steps,
@@ -401,6 +404,19 @@ class EnvWorker:
             if done is not None:
                 out.append(done)
         return out
+
+    def _with_groups(self, mode: str, per_task: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+        """Each task's row with its ``group``, where the backend groups its tasks (``BackendSpec.task_groups``)."""
+        section = self.cfg[mode]
+        try:
+            groups = get_backend(str(section.simulator_type)).task_groups
+        except KeyError:  # a remote stage's backend need not be installed beside the worker
+            return per_task
+        if groups is not None:
+            of = groups(section)
+            for task, row in per_task.items():
+                row["group"] = of.get(int(task))
+        return per_task
 
     def _reset_warnings(self, per_task: dict[Any, dict[str, Any]]) -> list[str]:
         """One warning per task with episodes already successful at reset (logged, and returned)."""
