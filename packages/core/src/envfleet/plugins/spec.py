@@ -151,6 +151,9 @@ class BackendSpec:
         says of env section ``cfg`` beyond the machine's checks (the gymnasium backend: the env the
         section names, and whether ``render: last`` has anything to skip); ``status`` is ``"ok"``,
         ``"warn"`` or ``"FAIL"``. ``None``: nothing.
+    :param install_findings: ``() -> [(status, what, fix), ...]``: what plain ``envfleet doctor`` says of
+        this install beyond the machine's checks, with no config (LIBERO: which of LIBERO-plus's
+        dimensions its installed data and assets run); same shape as ``config_findings``. ``None``: nothing.
     :param package: the distribution that provides it (shown by ``envfleet backends``).
     :param description: one line for listings.
     """
@@ -176,6 +179,7 @@ class BackendSpec:
     control_fps: float | None = None
     substep_observations: bool = False
     config_findings: Callable[[Any], Sequence[tuple[str, str, str]]] | None = None
+    install_findings: Callable[[], Sequence[tuple[str, str, str]]] | None = None
     package: str = ""
     description: str = ""
 

@@ -17,6 +17,8 @@ Checks, for the backends named (default: every installed one):
 - with NVIDIA GPUs: how EGL devices map to CUDA devices, and for the current
   ``CUDA_VISIBLE_DEVICES`` and each GPU it shows, which EGL device a rendering process
   opens and whether that is the GPU it computes on (:mod:`envfleet.diagnostics.egl_cuda`);
+- what each backend says of its install (``BackendSpec.install_findings``; LIBERO: which of
+  LIBERO-plus's dimensions this install runs);
 - ``--config FILE`` whose ``train.remote.address`` is set: the server instead (reachable, token,
   wire version; its backend, versions and renderer: :mod:`envfleet_ray.commands.doctor_remote`);
   without it, the config's backend;
@@ -125,6 +127,9 @@ def doctor(names: Sequence[str] = (), measure: bool = False, out: Any = None, se
     backends = [specs[n] for n in (chosen or list(specs))]
     for spec in backends:
         emit(_import_finding(spec))
+    for spec in backends:
+        for status, what, fix in spec.install_findings() if spec.install_findings is not None else ():
+            emit(Finding(status, what, fix))
     for section in sections:
         own = specs[str(section.simulator_type)].config_findings
         for status, what, fix in own(section) if own is not None else ():
