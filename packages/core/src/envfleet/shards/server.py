@@ -197,7 +197,7 @@ class _Server:
 
     def _pause(self, env_ids: Any = None) -> None:
         if self.wall is not None:
-            self.wall.pause(env_ids)
+            self.wall.reset(env_ids)
 
     def reset(self, msg: ResetRequest) -> tuple[Any, ...]:
         self._pause()
@@ -244,9 +244,7 @@ class _Server:
         return record(os.environ, self.env.renderer_info(), current_gl_strings(), loaded_render_stack())
 
     def close(self, msg: None) -> None:
-        if self.wall is not None:
-            self.wall.close()
-            self.wall = None
+        self.wall = None
         if self.env is not None:
             self.env.close()
             self.env = None
@@ -255,6 +253,8 @@ class _Server:
         from ..errors import InvalidInputError
 
         while True:
+            if self.wall is not None:
+                self.wall.run_until_command(self.conn)  # clock wall: the envs step on until the next command
             try:
                 cmd, raw = self.conn.recv()
             except (EOFError, OSError):
