@@ -85,3 +85,19 @@ def test_a_reset_drops_the_queue_and_bad_input_leaves_the_stage_usable() -> None
 def test_auto_reset_on_the_wall_clock_is_refused_naming_both_keys() -> None:
     with pytest.raises(ConfigError, match=r"'train.auto_reset' and 'train.execution.clock: wall'"):
         toy_cfg(N, CHUNK, 1, *WALL, auto_reset=True)
+
+
+def test_wall_tick_runs_the_tail_in_one_backend_call_and_chunks_stay_aligned() -> None:
+    cfg = toy_cfg(N, CHUNK, 1, *WALL, "train.execution.horizon=4", "train.execution.wall_tick=4", step_sleep_s=0.01)
+    chunks = _chunks(4)
+    with ProcessEnvManager(cfg) as mgr:
+        mgr.reset_envs_to_state_ids(np.arange(N))
+        outs = []
+        for chunk in chunks:
+            outs.append(mgr.chunk_step(chunk))
+            time.sleep(0.05)  # longer than the tail's one call (a 10 ms sleep): it has run when the next chunk comes
+    for k, out in enumerate(outs[1:], start=1):
+        assert out.infos["action_delay"].tolist() == [4] * N
+        np.testing.assert_array_equal(out.infos["applied_action"], chunks[k - 1][:, 4:])  # the tail, while the policy thought
+    with pytest.raises(ConfigError, match="'train.execution.wall_tick' and 'train.execution.target_step_hz' do not go together"):
+        toy_cfg(N, CHUNK, 1, *WALL, "train.execution.wall_tick=2", "train.execution.target_step_hz=20")

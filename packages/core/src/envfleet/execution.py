@@ -151,6 +151,9 @@ class ExecutionConfig:
     seed: int | None = None  # the latency draws' seed; null: the section's seed
     smooth_overlap: bool = False  # realtime: blend the queue still running into the new chunk (verl-vla's smooth_overlapping_actions)
     target_step_hz: float | None = None  # clock wall: sub-steps per second the shard paces to; null: as fast as it runs
+    # clock wall: sub-steps the shard's loop runs per backend call while the policy thinks. 1: a chunk takes over at
+    # the next sub-step boundary; more: one render per run (render-last), and an arriving chunk waits for the run's end
+    wall_tick: int = 1
     interpolation: InterpolationConfig = field(default_factory=InterpolationConfig)
     serial_smoothing: SerialSmoothingConfig = field(default_factory=SerialSmoothingConfig)
 
@@ -221,6 +224,12 @@ def check_execution(
     factor = interp.factor if interp.enable else 1
     sub_steps = None if chunk is None else chunk * factor
     kind = _delay_kind(execution.delay, where)
+    if execution.wall_tick < 1:
+        raise ConfigError(f"config key '{where}wall_tick' must be >= 1 sub-step, got {execution.wall_tick}")
+    if execution.wall_tick > 1 and execution.target_step_hz is not None:
+        raise ConfigError(
+            f"config keys '{where}wall_tick' and '{where}target_step_hz' do not go together: pacing runs one sub-step at a time"
+        )
     if execution.target_step_hz is not None and execution.target_step_hz <= 0:
         raise ConfigError(f"config key '{where}target_step_hz' must be > 0 (sub-steps per second) or null, got {execution.target_step_hz}")
     smoothing = execution.serial_smoothing
@@ -247,6 +256,7 @@ def check_execution(
             ("horizon", execution.horizon, None),
             ("smooth_overlap", execution.smooth_overlap, False),
             ("target_step_hz", execution.target_step_hz, None),
+            ("wall_tick", execution.wall_tick, 1),
         ):
             if value != default:
                 raise ConfigError(

@@ -19,7 +19,9 @@ started (``infos["substep_t"]``, the shard's ``time.monotonic()``) and the rate 
 (``infos["substep_hz"]``).
 
 Between calls each sub-step is one ``chunk_step`` of length 1 of the backend: it is a control tick
-after which the next chunk may arrive, so it renders. Once a call's chunk is in, no other can
+after which the next chunk may arrive, so it renders. ``wall_tick: k`` runs up to ``k`` queued
+sub-steps per backend call instead (one render each), and a chunk arriving meanwhile takes over
+at the end of that run, still aligned to its observation. Once a call's chunk is in, no other can
 arrive before the window ends: without pacing, the rest of the window runs as one ``chunk_step``
 (render-last renders only the observation handed out), and its sub-steps share that call's time
 in ``substep_t``.
@@ -54,6 +56,7 @@ class WallExecutor:
         self.hold = str(execution.on_empty) == "hold"
         self.smooth = bool(execution.smooth_overlap)
         self.period = None if execution.target_step_hz is None else 1.0 / float(execution.target_step_hz)
+        self.tick = int(execution.get("wall_tick", 1))
         self.queue = np.zeros((n, max(int(sub_steps), self.horizon), self.action_dim), np.float32)
         self.reset()
 
@@ -91,7 +94,8 @@ class WallExecutor:
                     return
             elif channel.poll(0.0):
                 return
-            self._step()
+            queued = int((self.end - self.pos).max())
+            self._step(max(1, min(self.tick, self.horizon - self.ran, queued)))
         if self.ran < self.horizon and self.idle_since is None:
             self.idle_since = time.monotonic()  # nothing to run: the envs wait for the next chunk
 
