@@ -170,6 +170,26 @@ def _videos(run_dir: str, summary: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def execution_html(summary: dict[str, Any]) -> str:
+    """What ran under ``train.execution: realtime``: the schedule, the sub-steps per source, the delays seen; "" otherwise."""
+    ran = summary.get("execution")
+    if not ran:
+        return ""
+    stated = (summary.get("fingerprint") or {}).get("execution") or {}
+    total = sum(ran["sub_steps"].values()) or 1
+    sources = "".join(f"<td>{count} ({100 * count / total:.1f}%)</td>" for count in ran["sub_steps"].values())
+    delays = sorted(((int(d), c) for d, c in ran["delays"].items()))
+    calls = sum(c for _, c in delays) or 1
+    mean = sum(d * c for d, c in delays) / calls
+    return (
+        "<h2>Real-time execution</h2>"
+        f"<p>mode {_esc(stated.get('mode', 'realtime'))}, clock {_esc(stated.get('clock', '?'))}, delay {_esc(stated.get('delay', '?'))}, "
+        f"horizon {_esc(stated.get('horizon') or 'the chunk length')}, on_empty {_esc(stated.get('on_empty', '?'))}</p>"
+        "<table id=execution><tr>" + "".join(f"<th>{name}</th>" for name in ran["sub_steps"]) + f"</tr><tr>{sources}</tr></table>"
+        f"<p>delay seen per call (sub-steps): mean {mean:.2f}; " + ", ".join(f"{d}: {c}" for d, c in delays) + "</p>"
+    )
+
+
 def build_report(run_dir: str) -> str:
     """The HTML page of the run in ``run_dir`` (a folder with ``summary.json``)."""
     summary = load_summary(run_dir)
@@ -191,6 +211,7 @@ def build_report(run_dir: str) -> str:
         "<p>success_once: success at any step of the episode; success_at_end: at its last step. Intervals: 95% Wilson score.</p>",
         _table(summary),
         _plot(summary),
+        execution_html(summary),
         "<h2>Restarts</h2>",
         restart_html,
         "<h2>Episodes</h2>",

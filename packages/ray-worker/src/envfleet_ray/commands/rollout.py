@@ -183,6 +183,7 @@ def _summary(args: argparse.Namespace, cfg: Any, stats: Any, metrics: dict[str, 
         "success_rate": (total["successes"] / episodes) if episodes else 0.0,
         "per_task": per_task,
         "per_group": _group_rows(per_task),
+        "execution": total.get("execution"),  # mode realtime: sub-steps per source, calls per delay
         "fingerprint": total["fingerprint"],
         "warnings": total["warnings"],
         "videos": sorted(total["videos"]),

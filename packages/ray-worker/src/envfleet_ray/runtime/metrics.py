@@ -93,11 +93,14 @@ class EpisodeMetrics:
         self.env_steps = 0
         self.chunks = 0
         self.worker_s = 0.0
+        self.execution: dict[str, Any] | None = None  # mode realtime: what ran (execution_stats)
 
     def add_step(self, infos: Mapping[str, np.ndarray], descriptions: list[str], n: int, chunk: int) -> None:
         """Count a step of ``n`` envs; ``descriptions`` are those of the episodes that ran during it."""
         self.chunks += 1
         self.env_steps += int(n * chunk)
+        if "action_source" in infos:
+            self.execution = add_execution(self.execution, infos)
         ended = infos.get("episode_ended")
         if ended is None:
             return
@@ -158,11 +161,42 @@ def _group_fingerprint(per_worker: Sequence[dict[str, Any]]) -> dict[str, Any] |
     return fingerprint(parts, (i for m in per_worker for i in m.get("state_ids_used", [])))
 
 
+#: ``infos["action_source"]``'s values by name (envfleet.execution.ActionSource).
+SOURCES = ("previous", "current", "hold", "zero")
+
+
+def add_execution(stats: dict[str, Any] | None, infos: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """``stats`` (None: none yet) with a realtime step's ``action_source`` and ``action_delay`` counted in:
+    sub-steps per source, and calls per delay (each env's call one)."""
+    stats = stats or {"sub_steps": dict.fromkeys(SOURCES, 0), "delays": {}}
+    source = np.asarray(infos["action_source"]).reshape(-1)
+    for code, name in enumerate(SOURCES):
+        stats["sub_steps"][name] += int((source == code).sum())
+    for delay in np.asarray(infos["action_delay"]).reshape(-1).tolist():
+        stats["delays"][str(int(delay))] = stats["delays"].get(str(int(delay)), 0) + 1
+    return stats
+
+
+def merge_execution(parts: Iterable[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The workers' :func:`add_execution` counts summed (None where no worker ran realtime)."""
+    total: dict[str, Any] | None = None
+    for part in parts:
+        if part is None:
+            continue
+        total = total or {"sub_steps": dict.fromkeys(SOURCES, 0), "delays": {}}
+        for name, count in part["sub_steps"].items():
+            total["sub_steps"][name] += int(count)
+        for delay, count in part["delays"].items():
+            total["delays"][delay] = total["delays"].get(delay, 0) + int(count)
+    return total
+
+
 def merge_metrics(per_worker: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Sum the workers' finish_rollout metrics into one."""
     times = {k: sum(m["time"][k] for m in per_worker) for k in ("simulator_s", "transfer_s", "worker_s")}
     per_task = merge_per_task(m["per_task"] for m in per_worker)
     return {
+        "execution": merge_execution(m.get("execution") for m in per_worker),
         "per_task": per_task,
         "per_group": group_rows(per_task),
         "episodes": sum(m["episodes"] for m in per_worker),

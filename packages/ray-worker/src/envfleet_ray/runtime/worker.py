@@ -365,6 +365,7 @@ class EnvWorker:
             "successes": sum(r["successes"] for r in per_task.values()),
             "env_steps": metrics.env_steps,
             "chunks": metrics.chunks,
+            "execution": metrics.execution,
             "sim_restarts": sum(m.stats.restarts for m in managers),
             "restart_causes": [cause for stage in stages for cause in stage.new_restart_causes(self.rank)],
             "warnings": self._reset_warnings(per_task),
