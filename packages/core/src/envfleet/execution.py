@@ -192,7 +192,7 @@ def describe(section: Any) -> dict[str, Any] | None:
     plain = OmegaConf.to_container(execution, resolve=True, enum_to_str=True)
     assert isinstance(plain, dict)
     default = OmegaConf.to_container(OmegaConf.structured(ExecutionConfig), enum_to_str=True)
-    return None if plain == default else plain
+    return None if plain == default else {str(k): v for k, v in plain.items()}
 
 
 def _delay_kind(delay: Any, where: str) -> str:
@@ -268,7 +268,7 @@ def check_execution(
             f"config key '{where}mode: realtime' needs a fixed chunk length (actor.model.num_action_chunks) or a "
             f"'{where}horizon': with neither, a call's length is unknown"
         )
-    horizon = sub_steps if execution.horizon is None else int(execution.horizon)
+    horizon = int(execution.horizon) if sub_steps is None or execution.horizon is not None else sub_steps
     if not 1 <= horizon <= (sub_steps or horizon):
         raise ConfigError(f"config key '{where}horizon' must be between 1 and the chunk length ({sub_steps} sub-steps), got {horizon}")
     if wall:

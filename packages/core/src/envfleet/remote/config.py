@@ -76,7 +76,7 @@ def build_manager(
         take=bool(remote.get("take", False)),
     )
     chunk = cfg.actor.model.num_action_chunks
-    expected = {
+    expected: dict[str, tuple[Any, Any]] = {
         f"{mode}.num_envs": (int(section.num_envs), manager.num_envs),
         "actor.model.action_dim": (int(cfg.actor.model.action_dim), manager.action_dim),
         "actor.model.num_action_chunks": (None if chunk is None else int(chunk), manager.num_action_chunks),

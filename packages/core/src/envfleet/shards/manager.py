@@ -385,7 +385,7 @@ class ProcessEnvManager:
             if self._wall is not None:
                 actions = infos["applied_action"]
             if self._schedule is not None:
-                ended = result.terminations.any(axis=1) | result.truncations.any(axis=1)
+                ended = np.asarray(result.terminations.any(axis=1) | result.truncations.any(axis=1), dtype=bool)
                 if "sim_restarted" in infos:
                     ended |= np.asarray(infos["sim_restarted"], dtype=bool)
                 self._schedule.done(ended)

@@ -58,6 +58,9 @@ class WallExecutor:
         self.period = None if execution.target_step_hz is None else 1.0 / float(execution.target_step_hz)
         self.tick = int(execution.get("wall_tick", 1))
         self.queue = np.zeros((n, max(int(sub_steps), self.horizon), self.action_dim), np.float32)
+        self.pos = np.zeros(n, np.int64)  # queue[i, pos[i]:end[i]] runs next
+        self.end = np.zeros(n, np.int64)
+        self.last = np.zeros((n, self.action_dim), np.float32)
         self.reset()
 
     def reset(self, env_ids: Any = None) -> None:
@@ -67,9 +70,9 @@ class WallExecutor:
             self.pos[env_ids] = self.end[env_ids]
             self.last[env_ids] = 0.0
             return
-        self.pos = np.zeros(n, np.int64)  # queue[i, pos[i]:end[i]] runs next
-        self.end = np.zeros(n, np.int64)
-        self.last = np.zeros((n, self.action_dim), np.float32)
+        self.pos[:] = 0
+        self.end[:] = 0
+        self.last[:] = 0.0
         self.started = False  # a chunk arrived since the last reset
         self.current = False  # the queue holds the chunk of the call in flight (else the previous call's)
         self.ran = 0  # sub-steps run since the last observation handed out
@@ -100,7 +103,7 @@ class WallExecutor:
             self.idle_since = time.monotonic()  # nothing to run: the envs wait for the next chunk
 
     # .............................................................................................. the call
-    def exchange(self, chunk: np.ndarray) -> tuple[Any, dict[str, np.ndarray], tuple[np.ndarray, ...]]:
+    def exchange(self, chunk: np.ndarray) -> tuple[Any, dict[str, Any], tuple[np.ndarray, ...]]:
         """Hand in each env's chunk ``[n, sub_steps, A]``; return ``(the last sub-step's result, infos, flags)``
         once ``horizon`` sub-steps have run since the last observation."""
         if self.idle_since is not None:
