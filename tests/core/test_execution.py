@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from envfleet import ProcessEnvManager
-from envfleet.config import ConfigError, load_config
+from envfleet.config import ConfigError
 from envfleet.errors import InvalidInputError
-from envfleet.execution import ActionSource, interpolate, smooth_overlap
+from envfleet.execution import ActionSource, check_execution, interpolate, smooth_overlap
 
 from ..conftest import toy_cfg
 
@@ -196,15 +196,12 @@ def test_serial_smoothing_that_exceeds_the_plan_and_latency_without_control_fps_
         ConfigError, match=r"serial_smoothing.execution_steps' \+ 'blend_steps' \(6 \+ 20\) must not exceed the plan's sub-steps \(8"
     ):
         toy_cfg(N, CHUNK, 1, *smoothing)
+    # A backend that declares no control rate (gymnasium's, whose rate depends on the env id).
+    latency = toy_cfg(N, CHUNK, 1, REALTIME, "train.execution.delay=latency").train.execution
     with pytest.raises(ConfigError, match="declares no control_fps: set .train.execution.control_fps."):
-        load_config(
-            overrides=[
-                "train.simulator_type=gymnasium",
-                "train.gymnasium.id=CartPole-v1",
-                REALTIME,
-                "train.execution.delay=latency",
-            ]
-        )
+        check_execution(latency, "train.", CHUNK, None, "gymnasium")
+    with_rate = toy_cfg(N, CHUNK, 1, REALTIME, "train.execution.delay=latency", "train.execution.control_fps=50").train.execution
+    check_execution(with_rate, "train.", CHUNK, None, "gymnasium")
 
 
 def test_interpolation_and_overlap_smoothing_run_through_the_manager() -> None:
