@@ -55,6 +55,7 @@ __all__ = [
     "is_wall_clock",
     "describe",
     "result_shapes",
+    "window",
     "Schedule",
     "interpolate",
     "smooth_overlap",
@@ -169,14 +170,20 @@ def is_wall_clock(section: Any) -> bool:
     return is_realtime(section) and str(section.execution.clock) == Clock.wall.value
 
 
+def window(execution: Any, chunk: int | None) -> tuple[int, int]:
+    """``(interpolation factor, horizon)`` of an ``execution`` section for chunks of ``chunk`` actions: the
+    sub-steps per action, and the sub-steps a call runs (``horizon``, or the whole interpolated chunk;
+    0 when neither is known)."""
+    factor = int(execution.interpolation.factor) if execution.interpolation.enable else 1
+    return factor, (chunk or 0) * factor if execution.horizon is None else int(execution.horizon)
+
+
 def result_shapes(section: Any, chunk: int, action_dim: int) -> dict[str, tuple[tuple[int, ...], np.dtype[Any]]]:
     """The per-env shape and dtype of each of :data:`RESULT_KEYS` for env section ``section`` (``{}`` unless realtime):
     for a face that declares what its steps return."""
     if not is_realtime(section):
         return {}
-    execution = section.execution
-    sub_steps = chunk * (int(execution.interpolation.factor) if execution.interpolation.enable else 1)
-    horizon = sub_steps if execution.horizon is None else int(execution.horizon)
+    horizon = window(section.execution, chunk)[1]
     return {
         "applied_action": ((horizon, action_dim), np.dtype(np.float32)),
         "action_source": ((horizon,), np.dtype(np.int8)),
@@ -375,9 +382,8 @@ class Schedule:
         control_fps: float | None,
     ) -> None:
         self.realtime = str(execution.mode) == ExecutionMode.realtime.value
-        self.factor = int(execution.interpolation.factor) if execution.interpolation.enable else 1
+        self.factor, self.horizon = window(execution, chunk)
         self.sub_steps = chunk * self.factor
-        self.horizon = self.sub_steps if execution.horizon is None else int(execution.horizon)
         self.delay = execution.delay
         self.kind = _delay_kind(self.delay, "")
         self.latency = execution.latency

@@ -33,7 +33,7 @@ from omegaconf import DictConfig
 
 from ..env import ChunkStepResult, EnvContext, ResetResult
 from ..errors import ClosedEnvironmentError, ConfigError, InvalidInputError, SimulatorStoppedError
-from ..execution import Schedule, interpolate, is_realtime, is_wall_clock
+from ..execution import Schedule, interpolate, is_realtime, is_wall_clock, window
 from ..options import Mode
 from ..plugins import BackendSpec, get_backend
 from ..recording.stage import stage_recorder
@@ -505,14 +505,7 @@ class ProcessEnvManager:
 
 def _wall_clock(section: Any, chunk: int | None) -> tuple[int, int] | None:
     """``(interpolation factor, horizon in sub-steps)`` of a section on ``clock: wall``; None otherwise."""
-    if not is_wall_clock(section):
-        return None
-    execution = section.execution
-    factor = int(execution.interpolation.factor) if execution.interpolation.enable else 1
-    if execution.horizon is not None:
-        return factor, int(execution.horizon)
-    assert chunk is not None, "checked at load: realtime needs a chunk length or a horizon"
-    return factor, chunk * factor
+    return window(section.execution, chunk) if is_wall_clock(section) else None
 
 
 def _schedule(
