@@ -85,6 +85,7 @@ def _as_list(value: Any, key: str, kind: type) -> list[Any] | None:
     return items
 
 
+@functools.cache
 def select(
     suite: str,
     dimensions: tuple[str, ...] | None,
@@ -98,18 +99,6 @@ def select(
     :raises ConfigError: an unknown dimension, a task id out of range, an assets folder that is not
         there, or a task that needs the assets folder without one (with ``missing_assets: error``).
     """
-    return _select(suite, dimensions, tasks, trials, assets, missing_assets)
-
-
-@functools.cache
-def _select(
-    suite: str,
-    dimensions: tuple[str, ...] | None,
-    tasks: tuple[int, ...] | None,
-    trials: int | None,
-    assets: str | None,
-    missing_assets: str,
-) -> PlusSelection:
     for dim in dimensions or ():
         if dim not in DIMENSIONS:
             close = difflib.get_close_matches(dim, DIMENSIONS, n=1)
