@@ -103,6 +103,17 @@ class BackendSpec:
         (applied under the user's config), e.g. ``{"init_params": {"camera_heights": 64}}``.
     :param envs_per_process: envs per shard process: an int, ``None`` for all of a
         stage's envs in one process, or ``(cfg) -> int | None``.
+    :param in_process: whether the backend's envs can run in the caller's own process
+        (``train.in_process``), as gymnasium's ``SyncVectorEnv`` runs its envs: no GL context, no
+        process-wide state of the simulator's own. ``False``: a process of its own per shard, always.
+    :param default_in_process: ``(cfg) -> bool``: where ``train.in_process`` is unset, whether the
+        envs of env section ``cfg`` run in the caller's process (the gymnasium backend's
+        ``envs_per_process: auto``, for an env whose step costs less than a process's round trip).
+        ``None``: in processes.
+    :param spaces: ``(cfg) -> {"observation": space, "action": space} | None``: the env's own
+        gymnasium spaces under env section ``cfg``, as plain JSON descriptions
+        (:mod:`envfleet.gym.spaces`), which the gymnasium, SB3 and TorchRL faces present instead of
+        their own Dict layout with ``step="action"``; ``None`` (or a ``None`` answer): the faces' layout.
     :param protocol_parts: ``(cfg) -> dict``: what of the backend's own section decides its
         results (e.g. which instruction a policy is shown), recorded in every result's protocol
         fingerprint under the backend's name. ``None``: nothing of it does.
@@ -164,6 +175,9 @@ class BackendSpec:
     config_schema: type | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
     envs_per_process: int | Callable[[Any], int | None] | None = 1
+    in_process: bool = False
+    default_in_process: Callable[[Any], bool] | None = None
+    spaces: Callable[[Any], Mapping[str, Any] | None] | None = None
     protocol_parts: Callable[[Any], Mapping[str, Any]] | None = None
     protocols: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
     task_groups: Callable[[Any], Mapping[int, str]] | None = None
