@@ -3,12 +3,13 @@
 It makes the env once (:func:`envfleet_gymnasium.make.make_env`), describes its observation and
 action spaces, checks that ``reset`` takes ``seed`` and resets with the first seed (twice: are the
 non-image entries the same?), renders once when the config asks for ``render()`` (the frame's shape is
-known only so), closes the env and prints one line, ``MARKER`` and a JSON object: the answer, or the
+known only so), times a few steps (:func:`step_seconds`), hashes the env's source files, closes the env and prints one line, ``MARKER`` and a JSON object: the answer, or the
 check that failed (``kind``) and why. :mod:`envfleet_gymnasium.probe` starts it and keeps the answer.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import inspect
 import json
@@ -21,7 +22,7 @@ import numpy as np
 
 from .make import CaseError, describe, describe_frame, env_packages, make_env, set_gl
 
-__all__ = ["MARKER", "run", "main"]
+__all__ = ["MARKER", "TIMED_STEPS", "TIMED_SECONDS", "step_seconds", "sources", "file_digest", "run", "main"]
 
 #: The prefix of the answer's line (an env may print on stdout too).
 MARKER = "envfleet-gymnasium-probe: "
@@ -50,6 +51,61 @@ def _flat_values(obs: Any) -> list[np.ndarray]:
         return [v for item in obs for v in _flat_values(item)]
     arr = np.asarray(obs)
     return [] if (arr.dtype == np.uint8 and arr.ndim == 3) else [arr]
+
+
+#: The step timing's budget: at most this many steps, and no more once this many seconds have passed.
+TIMED_STEPS, TIMED_SECONDS = 50, 0.05
+
+
+def step_seconds(env: Any, seed: int) -> float | None:
+    """The median time of one ``env.step`` with actions sampled from its space (seeded), over at most
+    :data:`TIMED_STEPS` steps or :data:`TIMED_SECONDS` (at least three); ``None`` when a step raises.
+    ``train.gymnasium.envs_per_process: auto`` picks the layout from it."""
+    try:
+        env.action_space.seed(seed)
+        times = []
+        spent = 0.0
+        while len(times) < TIMED_STEPS and (len(times) < 3 or spent < TIMED_SECONDS):
+            action = env.action_space.sample()
+            t0 = time.perf_counter()
+            _, _, terminated, truncated, _ = env.step(action)
+            dt = time.perf_counter() - t0
+            times.append(dt)
+            spent += dt
+            if terminated or truncated:
+                env.reset(seed=seed)
+    except Exception:
+        return None
+    return float(np.median(times))
+
+
+def sources(env: Any, env_id: str) -> dict[str, str]:
+    """The source files that define the env (its class's module, its entry point's and the id's
+    ``module:`` part), each with a hash of its contents: a cached answer is probed again when one changes."""
+    names = {type(env.unwrapped).__module__}
+    entry = getattr(getattr(env, "spec", None), "entry_point", None)
+    if isinstance(entry, str):
+        names.add(entry.split(":", 1)[0])
+    module, sep, _ = env_id.partition(":")
+    if sep:
+        names.add(module)
+    out = {}
+    for name in sorted(names):
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if path:
+            digest = file_digest(path)
+            if digest is not None:
+                out[path] = digest
+    return out
+
+
+def file_digest(path: str) -> str | None:
+    """A hash of a file's contents (``None``: it cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()[:16]
+    except OSError:
+        return None
 
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
@@ -93,6 +149,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         again, _ = env.reset(seed=seed)
         a, b = _flat_values(first), _flat_values(again)
         deterministic = len(a) == len(b) and all(x.shape == y.shape and np.array_equal(x, y) for x, y in zip(a, b))
+        step_s = step_seconds(env, seed)
         from envfleet.shards.rendering import loaded_render_stack
 
         spec = env.spec
@@ -109,6 +166,8 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             "action": describe(env.action_space, bounds=True),
             "render": frame,
             "deterministic_reset": bool(deterministic),
+            "step_s": step_s,
+            "sources": sources(env, env_id),
             "render_stack": loaded_render_stack() or ("opengl" if "OpenGL" in sys.modules else None),
             "env_packages": packages,
             "versions": {d: _version(d) for d in sorted({"gymnasium", "envfleet", "envfleet-gymnasium", *packages})},

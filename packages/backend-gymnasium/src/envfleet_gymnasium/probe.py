@@ -15,9 +15,10 @@ Invalidation. A cached answer records the versions of the distributions that dec
 envfleet, envfleet-gymnasium and the env's own package, the one its entry point's module comes from,
 e.g. ``gym-pusht``). Each use asks the interpreter for those versions again (a child that imports
 nothing but ``importlib.metadata``, a few tens of milliseconds); any difference, or a change of the
-make key, probes again and replaces the file. What no version says (an env edited in place without a
-new version) needs the file removed: delete the directory, or set ``ENVFLEET_GYMNASIUM_CACHE=off``,
-which probes every time and writes nothing.
+make key, probes again and replaces the file. So does an edit of the env's source files (the module of
+its class, of its entry point and of the id's ``module:`` part, hashed by the child): an env in a plain
+module of the user's own has no version to tell. ``ENVFLEET_GYMNASIUM_CACHE=off`` probes every time and
+writes nothing.
 
 A probe that fails is not cached: its error is raised again, each time, as a
 :class:`~envfleet.errors.ConfigError` naming the check that failed. The child runs in a process
@@ -41,12 +42,12 @@ from envfleet.plugins import get_backend
 from envfleet.shards.interpreter import shard_command
 
 from .case import Case
-from .child import MARKER
+from .child import MARKER, file_digest
 
 __all__ = ["PROBE_FORMAT", "CACHE_ENV", "ProbeError", "cache_dir", "probe", "probe_count", "clear_memo"]
 
 #: The answer's format: an answer written by another format is probed again.
-PROBE_FORMAT = 1
+PROBE_FORMAT = 2
 CACHE_ENV = "ENVFLEET_GYMNASIUM_CACHE"
 _OFF = ("", "0", "off", "none", "false")
 
@@ -172,6 +173,8 @@ def _read(path: str, case: Case, python: str, env: dict[str, str]) -> dict[str, 
     recorded = answer.get("versions") or {}
     if not recorded or _versions(python, env, sorted(recorded)) != recorded:
         return None
+    if any(file_digest(path) != digest for path, digest in (answer.get("sources") or {}).items()):
+        return None  # the env's own source was edited (a module of the user's, with no version to tell)
     return dict(answer)
 
 
