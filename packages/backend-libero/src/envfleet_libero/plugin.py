@@ -109,25 +109,32 @@ def protocol_parts(cfg: Any) -> dict[str, Any]:
     return parts
 
 
-def _dimension_findings(label: str, tasks: Any, short: str) -> list[tuple[str, str, str]]:
+def _dimension_findings(label: str, tasks: Any, short: str, folder: str | None = None) -> list[tuple[str, str, str]]:
     """One finding per LIBERO-plus dimension: how many of ``tasks`` run with LIBERO's assets; a dimension
-    short of tasks gets status ``short`` (``warn`` where a config asks for it, ``ok`` for the install alone)."""
+    short of tasks gets status ``short`` (``warn`` where a config asks for it, ``ok`` for the install alone).
+    With an assets ``folder``, every dimension runs: the finding says how many tasks take from it."""
     from .plus.data import ASSETS_URL, DIMENSIONS  # the plus data is read only when a finding asks for it
 
     out = []
     for dim in DIMENSIONS:
         total = sum(t.dimension == dim for t in tasks)
         ready = sum(t.dimension == dim and not t.needs_assets for t in tasks)
+        if folder is not None:
+            out.append(("ok", f"{label} {dim}: {total} tasks run, {total - ready} of them with LIBERO-plus's assets from {folder}", ""))
+            continue
         what = f"{label} {dim}: {ready} of {total} tasks run with LIBERO's assets"
         if ready == total:
             out.append(("ok", what, ""))
             continue
-        why = f"the other {total - ready} need LIBERO-plus's assets, published at {ASSETS_URL}, whose scenes and objects this version of envfleet-libero does not build"
+        why = (
+            f"the other {total - ready} need LIBERO-plus's assets, published at {ASSETS_URL}: unpack assets.zip and set "
+            "train.libero.plus.assets to that folder"
+        )
         if short == "ok":
             out.append(("ok", f"{what} ({why})", ""))
         else:
             # Not a failure: a config that asks for them is refused at load, saying why.
-            out.append((short, what, f"{why}: ask for other dimensions, or set train.libero.plus.missing_assets: skip"))
+            out.append((short, what, f"{why}; or ask for other dimensions, or set train.libero.plus.missing_assets: skip"))
     return out
 
 
@@ -138,7 +145,7 @@ def config_findings(cfg: Any) -> list[tuple[str, str, str]]:
     from .plus.data import plus_tasks  # the plus data is read only for a plus suite
 
     selection = plus_selection(cfg)
-    out = _dimension_findings(str(cfg.task_suite_name), plus_tasks(str(cfg.task_suite_name)), "warn")
+    out = _dimension_findings(str(cfg.task_suite_name), plus_tasks(str(cfg.task_suite_name)), "warn", selection.assets)
     where = selection.assets or "not set"
     out.append(("ok", f"{cfg.task_suite_name}: this config runs {len(selection.tasks)} tasks; assets folder {where}", ""))
     return out

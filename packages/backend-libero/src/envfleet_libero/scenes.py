@@ -24,6 +24,22 @@ pristine copies of those fields, so that building an env on a cached model start
 what a fresh compile gives, and the fixture pose of its first reset, against which
 every later reset is checked: a different pose would mean envs see each other.
 
+A LIBERO-plus task is built on LIBERO's task class too, its perturbations mixed in: the
+camera view (``_PerturbedCamera``), and :class:`PlusScene` for a task that takes something from
+LIBERO-plus's assets folder (:class:`.plus.data.PlusAssets`):
+
+- its arena is built from LIBERO-plus's scene XML, in the folder, instead of the class's own;
+- the arena's floor and wall textures become those of LIBERO-plus's styles, in the folder of the scene's
+  own textures. LIBERO's arenas know only LIBERO's style names, so the arena is built with LIBERO's
+  default style and its two texture files are then set, before the model is compiled (the hook is
+  ``_setup_camera``, which LIBERO's ``_load_model`` calls on the arena right after building it);
+- its problem class places objects with the region samplers of the LIBERO class it derives from (so
+  do LIBERO-plus's: its table registers each of its 2,218 scene classes so), looked up in LIBERO's
+  table under the task's problem name, which is there only while the placement is set up;
+- an object category LIBERO's library lacks is built as :func:`new_object` from its MJCF file in the
+  folder, by LIBERO's own object loop: the categories are in LIBERO's object table only while that loop
+  runs, so that the objects keep the BDDL's order, which the task's initial state was recorded in.
+
 robosuite never makes a GL context current before rendering or freeing it; with
 several scenes in one process that renders into, or frees from, the wrong context. The
 view and the cache make the process's context current before every render and free.
@@ -33,7 +49,9 @@ Everything here runs in the thread that created the context (the shard's main th
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
+import os
 import sys
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -42,10 +60,12 @@ from typing import Any
 
 import numpy as np
 
+from .plus.data import NEW_OBJECT_ROTATION, PlusAssets
+
 # Imports inside functions: robosuite, LIBERO and MuJoCo load in the shard only, where scenes are compiled and
 # rendered.
 
-__all__ = ["Scene", "SceneCache", "SharedRenderView", "building_dense", "dense_task_class", "scene_cache"]
+__all__ = ["Scene", "SceneCache", "SharedRenderView", "PlusScene", "building_dense", "dense_task_class", "new_object", "scene_cache"]
 
 #: Model fields a LIBERO reset writes (fixture placement, site visibility); restored on a cache hit.
 WRITTEN_FIELDS = ("body_pos", "body_quat", "site_rgba", "geom_rgba")
@@ -365,44 +385,158 @@ class _PerturbedCamera:
         mujoco_arena.set_camera(camera_name="agentview", pos=pos.tolist(), quat=quat.tolist())
 
 
-_DENSE_CLASSES: dict[tuple[type, int, tuple[int, ...] | None], type] = {}
+class PlusScene:
+    """What a LIBERO problem class needs to build a task from LIBERO-plus's assets (a mixin)."""
+
+    _envfleet_assets: PlusAssets
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        assets = self._envfleet_assets
+        if assets.scene_xml is not None:
+            # LIBERO joins scene_xml onto its own assets folder; os.path.join keeps an absolute path as it is.
+            kwargs["scene_xml"] = assets.scene_xml
+            # The arena gets LIBERO's default styles; LIBERO-plus's are set on it in _setup_camera.
+            kwargs["scene_properties"] = {}
+        super().__init__(*args, **kwargs)
+
+    def _setup_camera(self, mujoco_arena: Any) -> None:
+        assets = self._envfleet_assets
+        for name, texture in (("texplane", assets.floor_texture), ("tex-wall", assets.wall_texture)):
+            node = mujoco_arena.asset.find(f"./texture[@name='{name}']")
+            if texture is not None and node is not None:
+                # As LIBERO's arenas place a style's texture: beside the scene's own (robosuite made the path absolute).
+                node.set("file", os.path.join(os.path.dirname(node.get("file")), texture))
+        super()._setup_camera(mujoco_arena)  # type: ignore[misc]
+
+    def _add_placement_initializer(self) -> None:
+        from libero.libero.envs.regions import REGION_SAMPLERS
+
+        assets = self._envfleet_assets
+        added = assets.problem not in REGION_SAMPLERS
+        if added:
+            REGION_SAMPLERS[assets.problem] = REGION_SAMPLERS[assets.libero_problem]
+        try:
+            super()._add_placement_initializer()  # type: ignore[misc]
+        finally:
+            if added:
+                REGION_SAMPLERS.pop(assets.problem, None)
+
+    def _load_objects_in_arena(self, mujoco_arena: Any) -> None:
+        from libero.libero.envs.base_object import OBJECTS_DICT
+
+        added = {c: functools.partial(new_object, xml, c) for c, xml in self._envfleet_assets.objects if c not in OBJECTS_DICT}
+        OBJECTS_DICT.update(added)
+        try:
+            super()._load_objects_in_arena(mujoco_arena)  # type: ignore[misc]
+        finally:
+            for category in added:
+                OBJECTS_DICT.pop(category, None)
 
 
-def dense_task_class(task_class: type, cache: SceneCache, view: tuple[int, int, int, int, int] | None = None) -> type:
+_OBJECT_CLASS: type | None = None
+
+
+def _object_class() -> type:
+    """The class of LIBERO-plus's new objects, on robosuite's ``MujocoXMLObject`` (made in the shard only)."""
+    global _OBJECT_CLASS
+    if _OBJECT_CLASS is not None:
+        return _OBJECT_CLASS
+    import xml.etree.ElementTree as ET
+
+    from robosuite.models.objects import MujocoXMLObject
+
+    class PlusObject(MujocoXMLObject):  # type: ignore[misc]
+        """One of LIBERO-plus's new objects: its MJCF file, a free joint, LIBERO's object attributes."""
+
+        def __init__(self, xml: str, category: str, name: str) -> None:
+            # The arguments LIBERO gives its scanned objects (google_scanned_objects.py) and LIBERO-plus its new ones.
+            super().__init__(xml, name=name, joints=[dict(type="free", damping="0.0005")], obj_type="all", duplicate_collision_geoms=False)
+            self.category_name = category
+            self.rotation = dict(NEW_OBJECT_ROTATION)
+            self.rotation_axis = None
+            self.object_properties: dict[str, Any] = {"vis_site_names": {}}
+
+        def _get_object_subtree(self) -> Any:
+            # robosuite looks for the body named "object" one level down (./body/body); files converted the way
+            # LIBERO-plus's are may have it right under the worldbody. Seen through a wrapper then, the file's tree unchanged.
+            original: Any = self.worldbody  # type: ignore[has-type]
+            if original.find("./body/body[@name='object']") is not None:
+                return super()._get_object_subtree()
+            body = original.find("./body[@name='object']")
+            if body is None:
+                raise ValueError(f"{self.file}: no body named 'object' under the worldbody or one level down")
+            wrapper = ET.Element("worldbody")
+            ET.SubElement(wrapper, "body").append(body)
+            self.worldbody = wrapper
+            try:
+                return super()._get_object_subtree()
+            finally:
+                self.worldbody = original
+
+    _OBJECT_CLASS = PlusObject
+    return PlusObject
+
+
+def new_object(xml: str, category: str, name: str) -> Any:
+    """LIBERO-plus's new object ``category`` from its MJCF file ``xml``, named ``name`` (LIBERO's object loop calls it)."""
+    return _object_class()(xml, category, name)
+
+
+_DENSE_CLASSES: dict[tuple[type, int, tuple[int, ...] | None, Any], type] = {}
+
+
+def dense_task_class(
+    task_class: type, cache: SceneCache, view: tuple[int, int, int, int, int] | None = None, assets: PlusAssets | None = None
+) -> type:
     """``task_class`` (one of LIBERO's ``TASK_MAPPING``) with its scene taken from ``cache``.
 
     :param view: a LIBERO-plus camera view ``(H, V, S, R, E)``: the agentview camera is moved so
         (the model's XML differs, so the task compiles a scene of its own).
+    :param assets: what a LIBERO-plus task takes from its assets folder (:class:`.plus.data.PlusAssets`):
+        the class is then named after the task's problem class (LIBERO checks the BDDL's problem name
+        against it) and builds LIBERO-plus's scene and objects (:class:`PlusScene`).
     """
-    key = (task_class, id(cache), view)
+    key = (task_class, id(cache), view, assets)
     cls = _DENSE_CLASSES.get(key)
     if cls is None:
         # The same name: LIBERO checks the BDDL problem name against the class name.
+        name = task_class.__name__ if assets is None else assets.problem
         attrs: dict[str, Any] = {"_envfleet_cache": cache, "__module__": __name__}
-        bases: tuple[type, ...] = (_DenseTask, task_class)
+        bases: tuple[type, ...] = (_DenseTask,)
         if view is not None:
-            bases, attrs["_envfleet_view"] = (_DenseTask, _PerturbedCamera, task_class), tuple(view)
-        cls = type(task_class.__name__, bases, attrs)
+            bases, attrs["_envfleet_view"] = (*bases, _PerturbedCamera), tuple(view)
+        if assets is not None:
+            bases, attrs["_envfleet_assets"] = (*bases, PlusScene), assets
+        cls = type(name, (*bases, task_class), attrs)
         _DENSE_CLASSES[key] = cls
     return cls
 
 
 @contextmanager
-def building_dense(problem_name: str, cache: SceneCache, view: tuple[int, int, int, int, int] | None = None) -> Iterator[None]:
+def building_dense(
+    problem_name: str, cache: SceneCache, view: tuple[int, int, int, int, int] | None = None, assets: PlusAssets | None = None
+) -> Iterator[None]:
     """While inside, LIBERO's env wrapper builds ``problem_name`` as its dense class.
 
     LIBERO's ``ControlEnv`` looks its task class up in ``TASK_MAPPING`` and passes it the
     arguments LIBERO evaluations use; swapping the entry for the construction keeps those
-    arguments LIBERO's own. Renders are skipped meanwhile: robosuite's shape checks and
-    the constructor's observations are never handed out.
+    arguments LIBERO's own. A LIBERO-plus scene's problem class, which LIBERO lacks, has an
+    entry only meanwhile: the dense variant of the LIBERO class it derives from, with ``assets``.
+    Renders are skipped meanwhile: robosuite's shape checks and the constructor's observations
+    are never handed out.
     """
     from libero.libero.envs import env_wrapper
 
     mapping = env_wrapper.TASK_MAPPING
-    original = mapping[problem_name]
-    mapping[problem_name] = dense_task_class(original, cache, view)
+    had = problem_name in mapping
+    original = mapping.get(problem_name)
+    base = mapping[problem_name if assets is None else assets.libero_problem]
+    mapping[problem_name] = dense_task_class(base, cache, view, assets)
     try:
         with cache.quiet_renders():
             yield
     finally:
-        mapping[problem_name] = original
+        if had:
+            mapping[problem_name] = original
+        else:
+            mapping.pop(problem_name, None)

@@ -54,7 +54,7 @@ class LiberoSim:
         # takes the compiled model and render context from the process's scene cache.
         plus = task.plus
         view = None if plus is None else plus.camera_view
-        with building_dense(get_problem_info(task.bddl_file)["problem_name"], self.scenes, view):
+        with building_dense(get_problem_info(task.bddl_file)["problem_name"], self.scenes, view, task.assets):
             # ignore_done: robosuite would refuse to step past its horizon (1000 steps); episode
             # length is envfleet's business (max_episode_steps). It changes nothing else.
             self.env = OffScreenRenderEnv(

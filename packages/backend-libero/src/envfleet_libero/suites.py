@@ -43,7 +43,7 @@ import numpy as np
 from envfleet.errors import ConfigError
 from envfleet.plugins import backend_section
 
-from .plus.data import PLUS_SUITES, load_init_states
+from .plus.data import PLUS_SUITES, load_init_states, plan
 from .tasks import benchmark, registered
 
 # Imports inside functions: LIBERO's benchmark tables, LIBERO-PRO's states and bddl load when a suite is read
@@ -223,6 +223,7 @@ class TaskInfo:
     bddl_language: str = ""  # the BDDL's (:language ...), env.language_instruction
     instruction: str = ""  # what the policy is shown: one of the two, by the instruction source
     plus: Any = None  # a LIBERO-plus task (plus.data.PlusTask): its dimension and perturbations; None for other suites
+    assets: Any = None  # what a LIBERO-plus task takes from the assets folder (plus.assets.PlusAssets); None: LIBERO's assets only
 
 
 class SuiteIndex:
@@ -273,7 +274,8 @@ def suite_index(cfg: Any) -> SuiteIndex:
     A LIBERO-plus task's instruction is its BDDL's ``(:language ...)`` whatever the instruction
     source: LIBERO-plus's task names carry the perturbation's suffix ("... view 0 0 100 0 0
     initstate 1"), which is no instruction. Its initial states are its file's, the first
-    ``train.libero.plus.trials`` of them.
+    ``train.libero.plus.trials`` of them; a task built from LIBERO-plus's assets carries what it takes
+    from the folder (:class:`.plus.assets.PlusAssets`).
     """
     suite = check_suite(cfg)
     source = instruction_source(cfg)
@@ -288,7 +290,8 @@ def suite_index(cfg: Any) -> SuiteIndex:
         if selection.trials is not None:
             states = states[: selection.trials]
         language = _bddl_language_cached(plus.bddl_file)
-        tasks.append(TaskInfo(i, plus.name, language, plus.bddl_file, states, language, language, plus))
+        assets = plan(plus, selection.assets) if plus.needs_assets and selection.assets is not None else None
+        tasks.append(TaskInfo(i, plus.name, language, plus.bddl_file, states, language, language, plus, assets))
     return SuiteIndex(suite, "bddl_language", tasks)
 
 

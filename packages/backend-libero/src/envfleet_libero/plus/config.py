@@ -2,10 +2,11 @@
 
 A selection is the suite's tasks of the chosen dimensions (or the listed task ids), each with its
 initial states (all of them, or the first ``trials``). A task that needs LIBERO-plus's assets
-(:attr:`.data.PlusTask.needs_assets`) runs only with ``assets`` set to the unpacked ``assets.zip``;
-without it, asking for one is a :class:`~envfleet.errors.ConfigError` naming the dimension, how many
-of its tasks need the folder and where LIBERO-plus publishes it (or, with ``missing_assets: skip``,
-those tasks are left out and the fingerprint counts them).
+(:attr:`.data.PlusTask.needs_assets`) runs only with ``assets`` set to the unpacked ``assets.zip``; the
+files each chosen task takes from it are checked here (:func:`.data.check_files`: a missing one is named). Without
+it, asking for one is a :class:`~envfleet.errors.ConfigError` naming the dimension, how many of its
+tasks need the folder and where LIBERO-plus publishes it (or, with ``missing_assets: skip``, those
+tasks are left out and the fingerprint counts them).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from envfleet.errors import ConfigError
 from envfleet.plugins import backend_section
 
-from .data import ASSETS_URL, DIMENSIONS, PLUS_SUITES, PlusTask, plus_tasks
+from .data import ASSETS_URL, DIMENSIONS, PLUS_SUITES, PlusTask, check_files, plus_tasks
 
 __all__ = ["MISSING_ASSETS", "PlusConfig", "PlusSelection", "plus_selection", "select"]
 
@@ -97,7 +98,8 @@ def select(
     """The selection for these values (cached: every ``check_suite`` of one config gets the same object).
 
     :raises ConfigError: an unknown dimension, a task id out of range, an assets folder that is not
-        there, or a task that needs the assets folder without one (with ``missing_assets: error``).
+        there or lacks a file a chosen task needs, or a task that needs the assets folder without one
+        (with ``missing_assets: error``).
     """
     for dim in dimensions or ():
         if dim not in DIMENSIONS:
@@ -152,13 +154,9 @@ def select(
             )
         skipped = {dim: need[dim] for dim in DIMENSIONS if need[dim]}
         chosen = [t for t in chosen if not t.needs_assets]
-    elif any(t.needs_assets for t in chosen):
-        need = Counter(t.dimension for t in chosen if t.needs_assets)
-        raise ConfigError(
-            f"{suite}: 'train.libero.plus.assets' is set, but this version of envfleet-libero does not build LIBERO-plus's own "
-            f"scenes and objects ({', '.join(f'{d}: {n} tasks' for d, n in need.items())}); ask for the dimensions it runs "
-            f"from LIBERO's assets, or set 'train.libero.plus.missing_assets: skip'"
-        )
+    else:
+        # Every file the chosen tasks take from the folder is there, or the first one missing is named.
+        check_files(chosen, folder)
     if not chosen:
         raise ConfigError(f"{suite}: the selection in 'train.libero.plus' leaves no task to run (dimensions {list(asked)})")
     return PlusSelection(suite, tuple(chosen), asked, trials, folder, skipped)

