@@ -23,7 +23,9 @@ terminations (``record(terminated=...)``), whose terminations are then not all s
 
 A backend calls :meth:`EpisodeTracker.begin` on reset, :meth:`EpisodeTracker.active`
 before each sub-step (simulate only those envs), :meth:`EpisodeTracker.record` after
-it, and :meth:`EpisodeTracker.end_chunk` after the last one.
+it, and :meth:`EpisodeTracker.end_chunk` after the last one. A backend that steps its envs one
+at a time (the gymnasium backend) may instead keep each sub-step's results and account the whole
+chunk with one :meth:`EpisodeTracker.record_chunk`.
 """
 
 from __future__ import annotations
@@ -200,6 +202,61 @@ class EpisodeTracker:
         # Envs finished before this sub-step keep the flag that ended them.
         c.terminations[:, k] = np.where(sim, term, self.end_term)
         c.truncations[:, k] = np.where(sim, trunc, self.end_trunc)
+
+    def steps_left(self) -> np.ndarray:
+        """Per env, the sub-steps its episode may still run before ``max_episode_steps`` truncates it (0: finished)."""
+        return np.where(self.done, 0, np.maximum(self.max_episode_steps - self.length, 0))
+
+    def record_chunk(
+        self,
+        simulated: np.ndarray,
+        success: np.ndarray,
+        reward: np.ndarray | None = None,
+        *,
+        terminated: np.ndarray | None = None,
+        truncated: np.ndarray | None = None,
+    ) -> None:
+        """Account a whole chunk at once: the same as :meth:`record` for each of its sub-steps, with
+        ``[n, chunk]`` arrays (``simulated[:, k]`` the envs that ran sub-step ``k``, and so on), for a
+        backend that steps its envs one by one and has their results only as it goes. The caller runs
+        no env after its episode ended: a termination (unless ``ignore_terminations``), a truncation, or
+        :meth:`steps_left` sub-steps."""
+        c = self._chunk
+        assert c is not None, "start_chunk() first"
+        sim = np.asarray(simulated, dtype=bool)
+        chunk = sim.shape[1]
+        succ = np.asarray(success, dtype=bool) & sim
+        term = np.asarray(terminated, dtype=bool) & sim if terminated is not None else succ
+        length = self.length[:, None] + np.cumsum(sim, axis=1)
+        if reward is None:
+            rewards = succ * np.float32(self.reward_coef)
+        else:
+            rewards = np.where(sim, np.asarray(reward, dtype=np.float32) * np.float32(self.reward_coef), np.float32(0))
+        # record()'s float32 sums, one sub-step after the other (accumulate adds left to right): the same bits.
+        self.ret = np.add.accumulate(np.concatenate([self.ret[:, None], rewards], axis=1), axis=1)[:, -1].astype(np.float32)
+        # last_success after sub-step k: success at the latest simulated sub-step up to k, else the one before the chunk.
+        latest = np.maximum.accumulate(np.where(sim, np.arange(chunk), -1), axis=1)
+        last = np.where(latest >= 0, np.take_along_axis(succ, np.maximum(latest, 0), axis=1), self.last_success[:, None])
+        if terminated is not None:
+            c.successes = last.copy()
+        trunc = sim & (length >= self.max_episode_steps)
+        if truncated is not None:
+            trunc |= np.asarray(truncated, dtype=bool) & sim
+        ends = trunc if self.ignore_terminations else trunc | term
+        end_term = self.end_term[:, None] | (np.logical_or.accumulate(term, axis=1) if not self.ignore_terminations else False)
+        end_trunc = self.end_trunc[:, None] | np.logical_or.accumulate(trunc, axis=1)
+        c.rewards[:] = rewards
+        c.terminations[:] = np.where(sim, term, end_term)
+        c.truncations[:] = np.where(sim, trunc, end_trunc)
+        ended = ends.any(axis=1)
+        c.ended |= ended
+        self.done |= ended
+        self.length = length[:, -1].copy() if chunk else self.length
+        self.success_once |= succ.any(axis=1)
+        if chunk:
+            self.last_success = last[:, -1].copy()
+            self.end_term = end_term[:, -1].copy() if not self.ignore_terminations else self.end_term
+            self.end_trunc = end_trunc[:, -1].copy()
 
     def end_chunk(self) -> ChunkFlags:
         """Finish the chunk: flags, which envs ended, and per-env episode infos."""
