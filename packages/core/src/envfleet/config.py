@@ -131,6 +131,9 @@ class EnvConfig:
     # The Python the stage's shard processes run under: a venv with envfleet core, the backend and its
     # simulator (see `envfleet venv`); null: the worker's own interpreter.
     simulator_python: str | None = None
+    # true: every env of the stage runs in the caller's own process, as gymnasium's SyncVectorEnv (a crash of the
+    # simulator takes the caller down; no step deadline); false: shard processes; null: the backend's choice.
+    in_process: bool | None = None
     remote: RemoteConfig = field(default_factory=RemoteConfig)  # a stage served by `envfleet serve` (docs/remote.md)
     init_params: InitParamsConfig = field(default_factory=InitParamsConfig)
     video_cfg: VideoConfig = field(default_factory=VideoConfig)
@@ -415,6 +418,8 @@ def _check_model(result: dict[str, Any], user: DictConfig, lookup: Callable[[str
         spec = lookup(result[section]["simulator_type"])
         execution = OmegaConf.create(result[section]["execution"])
         check_execution(execution, f"{section}.", model["num_action_chunks"], spec.control_fps, spec.name, result[section]["auto_reset"])
+        if result[section].get("in_process"):  # refused here, before any process starts, when it cannot be
+            spec.runs_in_process(OmegaConf.create(result[section]), section)
         dim = dims[section]
         if dim is not None and dim != model["action_dim"]:
             raise ConfigError(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..env import ArraySpec, ObservationSpec
-from ..errors import PluginContractError
+from ..errors import ConfigError, PluginContractError
 from ..options import OPTIONAL_KEYS
 from .api import check_api_version
 
@@ -106,8 +106,9 @@ class BackendSpec:
     :param in_process: whether the backend's envs can run in the caller's own process
         (``train.in_process``), as gymnasium's ``SyncVectorEnv`` runs its envs: no GL context, no
         process-wide state of the simulator's own. ``False``: a process of its own per shard, always.
-    :param default_in_process: ``(cfg) -> bool``: where ``train.in_process`` is unset, whether the
-        envs of env section ``cfg`` run in the caller's process (the gymnasium backend's
+    :param default_in_process: ``(cfg, num_envs, chunk) -> bool``: where ``train.in_process`` is unset,
+        whether ``num_envs`` envs of env section ``cfg``, stepped ``chunk`` sub-steps a call (``None``: any),
+        run in the caller's process (the gymnasium backend's
         ``envs_per_process: auto``, for an env whose step costs less than a process's round trip).
         ``None``: in processes.
     :param spaces: ``(cfg) -> {"observation": space, "action": space} | None``: the env's own
@@ -176,7 +177,7 @@ class BackendSpec:
     defaults: dict[str, Any] = field(default_factory=dict)
     envs_per_process: int | Callable[[Any], int | None] | None = 1
     in_process: bool = False
-    default_in_process: Callable[[Any], bool] | None = None
+    default_in_process: Callable[[Any, int, int | None], bool] | None = None
     spaces: Callable[[Any], Mapping[str, Any] | None] | None = None
     protocol_parts: Callable[[Any], Mapping[str, Any]] | None = None
     protocols: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
@@ -218,6 +219,42 @@ class BackendSpec:
         if int(value) < 1:
             raise ValueError(f"backend {self.name!r}: envs_per_process must be >= 1, got {value}")
         return min(int(value), max(num_envs, 1))
+
+    def runs_in_process(self, section: Any, mode: str = "train", chunk: int | None = None) -> bool:
+        """Whether env section ``section`` runs its envs in the caller's process:
+        ``in_process`` when set, else the backend's choice (:attr:`default_in_process`).
+
+        :raises ConfigError: ``in_process: true`` with ``simulator_python`` (another interpreter), with
+            ``execution.clock: wall`` (a control loop of the shard's own), or for a backend that needs a
+            process of its own.
+        """
+        asked = section.get("in_process")
+        if asked is None:
+            if self.default_in_process is None or not self.in_process or section.get("simulator_python"):
+                return False
+            execution = section.get("execution")
+            if execution is not None and str(execution.get("clock", "sim")) == "wall":
+                return False
+            return bool(self.default_in_process(section, int(section.num_envs), chunk))
+        if not asked:
+            return False
+        if not self.in_process:
+            raise ConfigError(
+                f"config key '{mode}.in_process' is true, but {mode}.simulator_type {self.name!r} needs a process of its own "
+                "(its renderer's GL context or the simulator's process-wide state): leave in_process unset or false"
+            )
+        if section.get("simulator_python"):
+            raise ConfigError(
+                f"config key '{mode}.in_process' is true, but '{mode}.simulator_python' is {section.simulator_python!r}: envs in the "
+                "caller's process run under the caller's Python; drop one of the two keys"
+            )
+        execution = section.get("execution")
+        if execution is not None and str(execution.get("clock", "sim")) == "wall":
+            raise ConfigError(
+                f"config key '{mode}.in_process' is true, but '{mode}.execution.clock' is wall: the wall clock's control loop runs "
+                "in a shard process of its own; use clock: sim, or in_process: false"
+            )
+        return True
 
     def checked_observation_spec(self, cfg: Any, num_envs: int) -> ObservationSpec:
         """What :attr:`observation_spec` gives for ``num_envs`` envs, each entry checked to be an ArraySpec.

@@ -94,11 +94,14 @@ class ShardCalls:
         """Start ``shard``'s process and send it the init request (its answer: :meth:`await_init`)."""
         if shard.block is None:
             shard.block = ShmBlock(shard.layout, tag=f"s{self.context.stage_id}_{shard.index}_")
+        ctx = dataclasses.replace(self.context, num_envs=shard.num_envs, shard_id=shard.index, env_offset=shard.env_slice.start)
+        request = InitRequest(self.spec.env_factory, self.cfg_container, ctx.__dict__, shard.block.name, shard.layout.to_wire())
+        if getattr(shard, "local", False):  # train.in_process: the env is built here, under this Python and environment
+            shard.launch(None, None, request)
+            return
         # train.simulator_python: the worker's own Python, or a venv of the simulator's (checked once).
         python, env = shard_command(self.env_cfg, self.spec)
         env.update(self.render_environ(shard, env, python))
-        ctx = dataclasses.replace(self.context, num_envs=shard.num_envs, shard_id=shard.index, env_offset=shard.env_slice.start)
-        request = InitRequest(self.spec.env_factory, self.cfg_container, ctx.__dict__, shard.block.name, shard.layout.to_wire())
         shard.launch(python, env, request)
 
     def render_environ(self, shard: ShardHandle, env: dict[str, str], python: str) -> dict[str, str]:

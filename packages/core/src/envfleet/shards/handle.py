@@ -177,6 +177,10 @@ class ShardHandle:
             return Reply(Outcome.DIED, self.exit_description())
         if message is Channel.TIMEOUT:
             return Reply(Outcome.HUNG, f"did not answer within {deadline.seconds:g} s")
+        return self.answer(message)
+
+    def answer(self, message: tuple[Any, ...]) -> Reply:
+        """The :class:`~envfleet.shards.messages.Reply` of a message the shard sent (ok or an error)."""
         done, self.in_flight = self.in_flight, None
         if message[0] == Outcome.OK.value:
             _, payload, self.sim_s = message

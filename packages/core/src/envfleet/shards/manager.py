@@ -42,6 +42,7 @@ from ..validation import StateTable, as_env_ids, check_actions, check_reset_ids
 from ..video import VideoRecorder
 from .calls import ManagerStats, ShardCalls, replay_reset
 from .handle import RestartBudget, ShardHandle, ShardSet
+from .local import LocalShard
 from .messages import Command, FlushVideoRequest, LoadStateRequest, ResetSomeRequest, StepRequest
 from .ready import FirstReady, ReadyChunk
 from .recycling import RecyclingPool
@@ -97,12 +98,15 @@ class ProcessEnvManager:
         self._finalizer = weakref.finalize(self, self._shard_set.cleanup)
         self._dataset = stage_recorder(self)  # a recording.StageRecorder when train.record.format is set, else None
         self._layout_spec = {**self.obs_spec, **(self._dataset.substep_spec if self._dataset else {})}  # + envfleet.substeps
-        size = self.spec.shard_size(self.env_cfg, self.num_envs)
+        #: Whether the envs run in this process (``train.in_process``, :mod:`envfleet.shards.local`): one shard of them all.
+        self.in_process = self.spec.runs_in_process(self.env_cfg, self.mode, self.num_action_chunks)
+        size = self.num_envs if self.in_process else self.spec.shard_size(self.env_cfg, self.num_envs)
+        handle = LocalShard if self.in_process else ShardHandle
         for index, start in enumerate(range(0, self.num_envs, size)):
             env_slice = slice(start, min(start + size, self.num_envs))
             layout = ShmLayout(self._layout_spec, env_slice.stop - env_slice.start)
             budget = RestartBudget(int(self.env_cfg.max_restarts), float(self.env_cfg.restart_window_s))
-            self._shard_set.shards.append(ShardHandle(index, env_slice, layout, self._shard_set.log_dir, budget))
+            self._shard_set.shards.append(handle(index, env_slice, layout, self._shard_set.log_dir, budget))
         context = EnvContext(0, self.action_dim, self.num_action_chunks, rank=self.rank, stage_id=self.stage_id, mode=self.mode)
         self._calls = ShardCalls(self._shard_set.shards, self.spec, self.env_cfg, context, self.stats)
         self.step_timeout_s = self._calls.step_timeout_s
@@ -500,7 +504,8 @@ class ProcessEnvManager:
 
     def __repr__(self) -> str:
         where = f"backend={self.spec.name!r}, stage={self.stage_id}, rank={self.rank}, num_envs={self.num_envs}"
-        return f"ProcessEnvManager({where}, shards={self.num_shards}, running={self._running})"
+        shards = "in_process" if self.in_process else f"shards={self.num_shards}"
+        return f"ProcessEnvManager({where}, {shards}, running={self._running})"
 
 
 def _wall_clock(section: Any, chunk: int | None) -> tuple[int, int] | None:

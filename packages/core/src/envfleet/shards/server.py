@@ -43,7 +43,7 @@ from .wire import ArrayPacker, Channel
 # take long (the env's build needs come with the init request), so a shard whose parent dies meanwhile still
 # exits.
 
-__all__ = ["main"]
+__all__ = ["ObsWriter", "ShardServer", "main"]
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -122,8 +122,11 @@ class ObsWriter:
                 dest[...] = src
 
 
-class _Server:
-    def __init__(self, conn: Channel) -> None:
+class ShardServer:
+    """One shard's env and the commands it serves: over a socket in a shard process (:meth:`serve`),
+    or called directly in the caller's process (:mod:`envfleet.shards.local`, ``conn`` None)."""
+
+    def __init__(self, conn: Channel | None) -> None:
         self.conn = conn
         self.env: Any = None
         self.mapping: Any = None
@@ -161,6 +164,7 @@ class _Server:
         return fields, raw, others, descriptions_out
 
     def init(self, msg: InitRequest) -> dict[str, Any]:
+        """Build the env (the backend's factory) over the shared memory of ``msg``; its state ids."""
         from omegaconf import OmegaConf
 
         from ..env import EnvContext
@@ -174,11 +178,12 @@ class _Server:
         OmegaConf.set_readonly(cfg, True)  # the parent's validated section, re-wrapped: a value, not for edits
         self.cfg = cfg
         ctx = EnvContext(**msg.ctx)
-        sys.stderr.write(
-            f"envfleet shard: pid {os.getpid()} building {cfg.simulator_type!r} for rank {ctx.rank} stage {ctx.stage_id} "
-            f"shard {ctx.shard_id} ({ctx.num_envs} envs from env {ctx.env_offset})\n"
-        )
-        sys.stderr.flush()
+        if self.conn is not None:  # the shard's log; in the caller's process, its stderr is the caller's
+            sys.stderr.write(
+                f"envfleet shard: pid {os.getpid()} building {cfg.simulator_type!r} for rank {ctx.rank} stage {ctx.stage_id} "
+                f"shard {ctx.shard_id} ({ctx.num_envs} envs from env {ctx.env_offset})\n"
+            )
+            sys.stderr.flush()
         self.env = factory(cfg, ctx)
         if getattr(self.env, "num_envs", None) != ctx.num_envs:
             raise RuntimeError(f"the backend built {getattr(self.env, 'num_envs', None)} envs, {ctx.num_envs} were asked for")
@@ -200,24 +205,28 @@ class _Server:
             self.wall.reset(env_ids)
 
     def reset(self, msg: ResetRequest) -> tuple[Any, ...]:
+        """Reset every env to its state id; the reply (observations in shared memory)."""
         self._pause()
         result = self.env.reset_envs_to_state_ids(msg.state_ids, msg.task_ids)
         self.writer.write(result.obs)  # type: ignore[union-attr]
         return self._reply(result.task_descriptions, result.infos)
 
     def reset_some(self, msg: ResetSomeRequest) -> tuple[Any, ...]:
+        """Reset the envs ``msg.env_ids``; the reply, every env's."""
         self._pause(msg.env_ids)
         result = self.env.reset_some_envs(msg.env_ids, msg.state_ids, msg.task_ids)
         self.writer.write(result.obs)  # type: ignore[union-attr]
         return self._reply(result.task_descriptions, result.infos)
 
     def step(self, msg: StepRequest) -> tuple[Any, ...]:
+        """Step every env through its chunk of ``msg.actions``; the reply."""
         result = self.env.chunk_step(np.ndarray(msg.shape, _F32, msg.actions))  # read-only, over the message's bytes
         self.writer.write(result.obs)  # type: ignore[union-attr]
         flags = (_as(result.rewards, _F32), _as(result.terminations, _BOOL), _as(result.truncations, _BOOL))
         return self._reply(result.task_descriptions, result.infos, flags)
 
     def exchange(self, msg: StepRequest) -> tuple[Any, ...]:
+        """``clock: wall``: hand the control loop this call's chunk; the reply of the observation it is aligned to."""
         from .realtime import WallExecutor
 
         if self.wall is None:
@@ -228,56 +237,73 @@ class _Server:
         return self._reply(descriptions, {**infos, **ran}, flags)
 
     def get_state(self, msg: None) -> Any:
+        """The env's saved state (offload)."""
         self._pause()
         return self.env.get_state()
 
     def load_state(self, msg: LoadStateRequest) -> None:
+        """Restore a state :meth:`get_state` gave."""
         self._pause()
         self.env.load_state(msg.state)
 
     def flush_video(self, msg: FlushVideoRequest) -> list[str]:
+        """Write the env's own video under ``msg.subdir``; the paths."""
         return list(self.env.flush_video(msg.subdir))
 
     def renderer_info(self, msg: None) -> dict[str, str]:
+        """What renders this shard's images (GL platform, vendor, renderer, the loaded stack)."""
         from .rendering import current_gl_strings, loaded_render_stack, record
 
         return record(os.environ, self.env.renderer_info(), current_gl_strings(), loaded_render_stack())
 
     def close(self, msg: None) -> None:
+        """Close the env (safe to call twice)."""
         self.wall = None
         if self.env is not None:
             self.env.close()
             self.env = None
 
-    def serve(self) -> None:
+    def handle(self, cmd: str, raw: Any, catch: type[BaseException] = BaseException) -> tuple[Any, ...]:
+        """Run one command (``cmd`` and its argument as a plain tuple); its reply message, an error's included.
+
+        :param catch: what is answered as an error; anything else propagates (in the caller's process,
+            :mod:`envfleet.shards.local`, a KeyboardInterrupt stays one).
+        """
         from ..errors import InvalidInputError
 
-        while True:
-            if self.wall is not None:
-                self.wall.run_until_command(self.conn)  # clock wall: the envs step on until the next command
-            try:
-                cmd, raw = self.conn.recv()
-            except (EOFError, OSError):
-                return
-            t0 = time.perf_counter()
-            try:
-                entry = self.commands.get(cmd)
-                if entry is None:
-                    raise ValueError(f"unknown command {cmd!r}: expected one of {sorted(c.value for c in Command)}")
-                handler, argument = entry
-                reply: tuple[Any, ...] = ok_message(handler(None if argument is None else argument._make(raw)), time.perf_counter() - t0)
-            except BaseException as exc:
-                kind = ErrorKind.INVALID if isinstance(exc, InvalidInputError) else ErrorKind.ERROR
-                error = RemoteError(kind, type(exc).__name__, str(exc), traceback.format_exc())
-                reply = err_message(error)
+        t0 = time.perf_counter()
+        try:
+            entry = self.commands.get(cmd)
+            if entry is None:
+                raise ValueError(f"unknown command {cmd!r}: expected one of {sorted(c.value for c in Command)}")
+            handler, argument = entry
+            return ok_message(handler(None if argument is None else argument._make(raw)), time.perf_counter() - t0)
+        except catch as exc:
+            kind = ErrorKind.INVALID if isinstance(exc, InvalidInputError) else ErrorKind.ERROR
+            error = RemoteError(kind, type(exc).__name__, str(exc), traceback.format_exc())
+            if self.conn is not None:
                 sys.stderr.write(error.traceback)
                 sys.stderr.flush()
+            return err_message(error)
+
+    def serve(self) -> None:
+        """Answer the commands that arrive on the socket until it closes or a CLOSE is answered."""
+        conn = self.conn
+        assert conn is not None, "serve() needs the socket"
+        while True:
+            if self.wall is not None:
+                self.wall.run_until_command(conn)  # clock wall: the envs step on until the next command
             try:
-                self.conn.send(reply)
+                cmd, raw = conn.recv()
+            except (EOFError, OSError):
+                return
+            reply = self.handle(cmd, raw)
+            try:
+                conn.send(reply)
             except (EOFError, OSError, BrokenPipeError):
                 return
             except Exception as exc:
-                self.conn.send(
+                conn.send(
                     err_message(
                         RemoteError(ErrorKind.ERROR, type(exc).__name__, f"cannot send the reply to {cmd!r}: {exc}", traceback.format_exc())
                     )
@@ -293,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
     _batch_scheduling()
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     conn = Channel(fd)
-    server = _Server(conn)
+    server = ShardServer(conn)
     try:
         server.serve()
     finally:
