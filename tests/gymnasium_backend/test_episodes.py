@@ -86,7 +86,8 @@ def test_an_exception_in_the_env_is_raised_with_its_traceback_and_the_shard_live
 
 def test_a_crash_and_a_hang_are_recovered(no_leaks: None) -> None:
     for hook in ({"exit_at": 6}, {"hang_at": 6}):
-        cfg = gym_cfg(SCRIPTED, num_envs=2, seeds=[1, 2], kwargs=hook, train_step_timeout_s=5)
+        # Shard processes (not the caller's own, which auto picks for so cheap an env): a crash and a hang are theirs.
+        cfg = gym_cfg(SCRIPTED, num_envs=2, seeds=[1, 2], kwargs=hook, train_step_timeout_s=5, train_in_process=False)
         with ProcessEnvManager(cfg) as mgr:
             first, out = _run(mgr, 2)  # the hook fires in the second chunk
             assert not first.infos["sim_restarted"].any(), hook

@@ -76,3 +76,45 @@ def test_off_probes_every_time_and_writes_nothing(tmp_path, monkeypatch) -> None
     assert probing.probe_count() == before + 2
     assert probing.cache_dir() is None and not os.listdir(tmp_path)
     probing.clear_memo()
+
+
+ENV_MODULE = """
+import gymnasium, numpy as np
+from gymnasium import spaces
+
+
+class Mine(gymnasium.Env):
+    observation_space = spaces.Box(-1, 1, (2,), np.float32)
+    action_space = spaces.Box(-1, 1, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+
+
+gymnasium.register("envfleet_test/Mine-v0", entry_point=Mine<limit>)
+"""
+
+
+def test_an_edit_of_the_env_s_own_module_probes_again(cache, tmp_path, monkeypatch) -> None:
+    """An env in a plain module of the user's (no version): adding max_episode_steps to its registration is seen."""
+    folder = tmp_path / "src"
+    folder.mkdir()
+    module = folder / "my_env_module.py"
+    module.write_text(ENV_MODULE.replace("<limit>", ""))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]))
+    section = {"simulator_type": "gymnasium", "max_episode_steps": 10, "gymnasium": {"id": "my_env_module:envfleet_test/Mine-v0"}}
+    before = probing.probe_count()
+    first = probing.probe(load_config(data={"train": section}).train)
+    assert first["max_episode_steps"] is None and str(module) in first["sources"]
+    probing.clear_memo()
+    assert probing.probe(load_config(data={"train": section}).train) == first  # unchanged: from the disk
+    assert probing.probe_count() == before + 1
+    module.write_text(ENV_MODULE.replace("<limit>", ", max_episode_steps=77"))
+    probing.clear_memo()
+    again = probing.probe(load_config(data={"train": section}).train)
+    assert probing.probe_count() == before + 2, "the edited module's stale answer was used"
+    assert again["max_episode_steps"] == 77

@@ -34,11 +34,16 @@ def _frames(envs: SyncVectorEnv) -> np.ndarray:
     return np.stack(envs.call("render"))
 
 
-@pytest.mark.parametrize("chunk,per_process", [(1, 1), (8, 1), (8, 3)], ids=["every-step", "chunks-of-8", "chunks-of-8-one-process"])
+@pytest.mark.parametrize(
+    "chunk,per_process",
+    [(1, 1), (8, 1), (8, 3), (8, 0)],
+    ids=["every-step", "chunks-of-8", "chunks-of-8-one-process", "chunks-of-8-in-the-caller"],
+)
 def test_pendulum_rendering_matches_sync_vector_env(chunk: int, per_process: int, no_leaks: None) -> None:
     n = len(STATE_IDS)
     ref = sync_env("Pendulum-v1", n, render_mode="rgb_array")
-    cfg = gym_cfg("Pendulum-v1", chunk=chunk, num_envs=n, render="rgb_array", seeds=SEEDS, envs_per_process=per_process)
+    layout = {"train_in_process": True} if per_process == 0 else {"envs_per_process": per_process, "train_in_process": False}
+    cfg = gym_cfg("Pendulum-v1", chunk=chunk, num_envs=n, render="rgb_array", seeds=SEEDS, **layout)
     actions = box_actions(0, n, STEPS, 1, scale=2.0)
     try:
         with ProcessEnvManager(cfg) as mgr:
@@ -107,15 +112,18 @@ def test_a_discrete_observation_matches_sync_vector_env(no_leaks: None) -> None:
         ref.close()
 
 
-def test_cartpole_terminations_match_sync_vector_env(no_leaks: None) -> None:
-    """A Discrete action space and gymnasium's own terminations: envfleet ends each episode where gymnasium does."""
+@pytest.mark.parametrize("in_process", [True, False], ids=["in-the-caller", "in-processes"])
+def test_cartpole_terminations_match_sync_vector_env(in_process: bool, no_leaks: None) -> None:
+    """A Discrete action space and gymnasium's own terminations: envfleet ends each episode where gymnasium does,
+    its envs in the caller's process or in shard processes."""
     n = len(STATE_IDS)
     ref = sync_env("CartPole-v1", n)
-    cfg = gym_cfg("CartPole-v1", chunk=1, num_envs=n, seeds=SEEDS)
+    cfg = gym_cfg("CartPole-v1", chunk=1, num_envs=n, seeds=SEEDS, train_in_process=in_process)
     assert cfg.actor.model.action_dim == 1
     push = np.ones((n, 1, 1), dtype=np.float32)  # always right: the pole falls within a few dozen steps
     try:
         with ProcessEnvManager(cfg) as mgr:
+            assert mgr.in_process is in_process and (mgr.shard_pids() == [None]) is in_process
             mgr.reset_envs_to_state_ids(STATE_IDS)
             obs, _ = ref.reset(seed=[SEEDS[k] for k in STATE_IDS])
             live = np.ones(n, dtype=bool)

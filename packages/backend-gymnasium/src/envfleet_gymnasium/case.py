@@ -15,12 +15,14 @@ from typing import Any
 from envfleet.errors import ConfigError
 from envfleet.plugins import backend_section
 
-__all__ = ["DEFAULT_SEEDS", "GL_PLATFORMS", "GymnasiumConfig", "Case"]
+__all__ = ["AUTO", "per_process_value", "DEFAULT_SEEDS", "GL_PLATFORMS", "GymnasiumConfig", "Case"]
 
 #: How many fixed initial states a config without ``seeds`` has: seeds 0..99.
 DEFAULT_SEEDS = 100
 #: What ``train.gymnasium.mujoco_gl`` takes.
 GL_PLATFORMS = ("egl", "osmesa", "glfw")
+#: ``train.gymnasium.envs_per_process``'s default: the layout the probe's step time says is cheaper (:mod:`envfleet_gymnasium.layout`).
+AUTO = "auto"
 #: ``gymnasium.make`` keywords that have keys of their own here.
 _OWN_KEYWORDS = {"render_mode": "train.gymnasium.render: rgb_array", "max_episode_steps": "train.gymnasium.max_episode_steps"}
 
@@ -43,8 +45,22 @@ class GymnasiumConfig:
     success_key: str = "is_success"  # the info key that says an episode succeeded
     rescale_actions: bool = False  # map actions in [-1, 1] onto a Box action space's bounds (gymnasium's RescaleAction)
     task_description: str | None = None  # the instruction every episode carries; null: the id
-    envs_per_process: int = 1  # envs that share one shard process (gymnasium's AsyncVectorEnv: 1)
+    # envs that share one shard process (gymnasium's AsyncVectorEnv: 1); auto: in the caller's process or one
+    # shard process per core, whichever the probe's step time says is cheaper (envfleet_gymnasium.layout)
+    envs_per_process: Any = "auto"
     mujoco_gl: str | None = "egl"  # MUJOCO_GL where it is unset (gymnasium's MuJoCo envs, dm_control): egl, osmesa, glfw; null: leave it
+
+
+def per_process_value(value: Any) -> int | str:
+    """``train.gymnasium.envs_per_process`` checked: ``"auto"`` or an integer >= 1.
+
+    :raises ConfigError: anything else.
+    """
+    if value is None or value == AUTO:
+        return AUTO
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"config key 'train.gymnasium.envs_per_process' must be 'auto' or an integer >= 1, got {value!r}")
+    return int(value)
 
 
 def _plain(value: Any) -> Any:
@@ -97,7 +113,7 @@ class Case:
     success_key: str
     rescale_actions: bool
     task_description: str | None
-    envs_per_process: int
+    envs_per_process: int | str
     mujoco_gl: str | None
 
     @property
@@ -147,9 +163,7 @@ class Case:
                 f"config key 'train.gymnasium.render' must be 'rgb_array' (images from env.render()) or null (images only "
                 f"from the observation), got {render!r}"
             )
-        per_process = int(get("envs_per_process", 1))
-        if per_process < 1:
-            raise ConfigError(f"config key 'train.gymnasium.envs_per_process' must be >= 1, got {per_process}")
+        per_process = per_process_value(get("envs_per_process", "auto"))
         gl = get("mujoco_gl", "egl")
         if gl is not None and gl not in GL_PLATFORMS:
             raise ConfigError(f"config key 'train.gymnasium.mujoco_gl' must be one of {list(GL_PLATFORMS)} or null, got {gl!r}")

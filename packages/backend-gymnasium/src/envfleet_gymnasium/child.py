@@ -53,19 +53,20 @@ def _flat_values(obs: Any) -> list[np.ndarray]:
     return [] if (arr.dtype == np.uint8 and arr.ndim == 3) else [arr]
 
 
-#: The step timing's budget: at most this many steps, and no more once this many seconds have passed.
-TIMED_STEPS, TIMED_SECONDS = 50, 0.05
+#: The step timing's budget: at most this many steps (an env runs at least as many in any rollout), and no
+#: more once this many seconds have passed.
+TIMED_STEPS, TIMED_SECONDS = 5, 0.05
 
 
 def step_seconds(env: Any, seed: int) -> float | None:
     """The median time of one ``env.step`` with actions sampled from its space (seeded), over at most
-    :data:`TIMED_STEPS` steps or :data:`TIMED_SECONDS` (at least three); ``None`` when a step raises.
+    :data:`TIMED_STEPS` steps or :data:`TIMED_SECONDS` (at least one); ``None`` when a step raises.
     ``train.gymnasium.envs_per_process: auto`` picks the layout from it."""
     try:
         env.action_space.seed(seed)
         times = []
         spent = 0.0
-        while len(times) < TIMED_STEPS and (len(times) < 3 or spent < TIMED_SECONDS):
+        while len(times) < TIMED_STEPS and (not times or spent < TIMED_SECONDS):
             action = env.action_space.sample()
             t0 = time.perf_counter()
             _, _, terminated, truncated, _ = env.step(action)

@@ -106,26 +106,38 @@ class GymnasiumEnv(BatchedEnv):
         n = self.num_envs
         t = self.tracker
         t.start_chunk(chunk)
-        last: list[Any] = [None] * n
+        # Sub-step after sub-step, env after env, as SyncVectorEnv steps; each result kept in a list and
+        # the chunk accounted once (EpisodeTracker.record_chunk), not one tracker update per sub-step.
+        left = t.steps_left().tolist()
+        ignore = t.ignore_terminations
         key = self.success_key
+        envs = self.envs
+        rows = [list(env_actions[i]) for i in range(n)]  # numpy scalars / arrays, as SyncVectorEnv passes them
+        simulated = np.zeros((n, chunk), dtype=bool)
+        reward = np.zeros((n, chunk), dtype=np.float64)
+        terminated = np.zeros((n, chunk), dtype=bool)
+        truncated = np.zeros((n, chunk), dtype=bool)
+        success = np.zeros((n, chunk), dtype=bool)
+        last: list[Any] = [None] * n
+        live = [i for i in range(n) if left[i] > 0]
         for k in range(chunk):
-            live = t.active()
-            success = np.zeros(n, dtype=bool)
-            terminated = np.zeros(n, dtype=bool)
-            truncated = np.zeros(n, dtype=bool)
-            reward = np.zeros(n, dtype=np.float64)
-            stepped = np.nonzero(live)[0].tolist()
-            for i in stepped:
-                obs, r, term, trunc, info = self.envs[i].step(env_actions[i, k])
-                reward[i] = float(r)
-                terminated[i] = bool(term)
-                truncated[i] = bool(trunc)
-                success[i] = bool(info.get(key, False)) if isinstance(info, dict) else False
+            if not live:
+                break
+            going = []
+            for i in live:
+                obs, r, term, trunc, info = envs[i].step(rows[i][k])
+                simulated[i, k] = True
+                reward[i, k] = r
+                terminated[i, k] = term = bool(term)
+                truncated[i, k] = trunc = bool(trunc)
+                success[i, k] = bool(info.get(key, False)) if isinstance(info, dict) else False
                 last[i] = obs
-            t.record(k, live, success, reward=reward, terminated=terminated, truncated=truncated)
-            if self.render_all:
-                for i in stepped:
-                    self._write(i, last[i])
+                if self.render_all:
+                    self._write(i, obs)
+                if not (trunc or (term and not ignore) or k + 1 >= left[i]):
+                    going.append(i)
+            live = going
+        t.record_chunk(simulated, success, reward, terminated=terminated, truncated=truncated)
         flags = t.end_chunk()
         if not self.render_all:
             # The observation each env ends the chunk on; not one an auto-reset replaces at once.

@@ -19,7 +19,8 @@ from envfleet.errors import ConfigError
 from envfleet.plugins import BackendRegistry, BackendSpec, hookimpl
 
 from .carry import Layout, action_layout, observation_layout
-from .case import Case, GymnasiumConfig
+from .case import AUTO, Case, GymnasiumConfig
+from .layout import choose
 from .probe import probe
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "layout_of",
     "observation_spec",
     "horizon",
+    "envs_per_process",
+    "default_in_process",
     "action_dim",
     "action_check",
     "protocol_parts",
@@ -50,6 +53,21 @@ def observation_spec(cfg: Any, num_envs: int) -> ObservationSpec:
     action_layout(answer["action"], case.rescale_actions)
     horizon(cfg)
     return layout.spec()
+
+
+def envs_per_process(cfg: Any) -> int:
+    """``train.gymnasium.envs_per_process``: the number given, or ``auto``'s (:mod:`envfleet_gymnasium.layout`)."""
+    value = Case.from_section(cfg).envs_per_process
+    if value != AUTO:
+        return int(value)
+    return choose(cfg, int(cfg.num_envs), None).per_process
+
+
+def default_in_process(cfg: Any, num_envs: int, chunk: int | None) -> bool:
+    """Whether ``auto`` runs the section's envs in the caller's process (``train.in_process`` unset)."""
+    if Case.from_section(cfg).envs_per_process != AUTO:
+        return False
+    return choose(cfg, num_envs, chunk).in_process
 
 
 def horizon(cfg: Any) -> int:
@@ -150,6 +168,7 @@ def doctor_findings(cfg: Any) -> list[tuple[str, str, str]]:
             "",
         ),
     ]
+    found.append(layout_finding(cfg, case, answer))
     status = "ok" if layout.renders or not layout.images_in_obs() else "warn"
     fix = "" if status == "ok" else "nothing to do if the env has no render() of its own; otherwise use train.gymnasium.render: rgb_array"
     found.append((status, f"gymnasium env {case.name}: render last: {render_last(case, layout)}", fix))
@@ -166,6 +185,21 @@ def doctor_findings(cfg: Any) -> list[tuple[str, str, str]]:
     return found
 
 
+def layout_finding(cfg: Any, case: Case, answer: dict[str, Any]) -> tuple[str, str, str]:
+    """What ``envfleet doctor --config`` says of where the section's envs run (``envs_per_process``, ``in_process``)."""
+    asked = cfg.get("in_process")
+    where = f"gymnasium env {case.name}: layout"
+    if asked is not None:
+        return ("ok", f"{where}: train.in_process is {str(bool(asked)).lower()}", "")
+    if case.envs_per_process != AUTO:
+        return ("ok", f"{where}: {case.envs_per_process} envs per shard process (train.gymnasium.envs_per_process)", "")
+    choice = choose(cfg, int(cfg.num_envs), None)
+    if answer.get("step_s") is None:
+        fix = "nothing to do if that suits; otherwise set train.gymnasium.envs_per_process or train.in_process"
+        return ("warn", f"{where}: envs_per_process auto: {choice.why}", fix)
+    return ("ok", f"{where}: envs_per_process auto, for calls of one sub-step: {choice.why}", "")
+
+
 @hookimpl
 def envfleet_register_backends(registry: BackendRegistry) -> None:
     """Register the ``gymnasium`` backend."""
@@ -175,7 +209,9 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             env_factory="envfleet_gymnasium.env:GymnasiumEnv",
             observation_spec=observation_spec,
             config_schema=GymnasiumConfig,
-            envs_per_process=lambda cfg: int(cfg.gymnasium.envs_per_process),
+            envs_per_process=envs_per_process,
+            in_process=True,
+            default_in_process=default_in_process,
             protocol_parts=protocol_parts,
             config_findings=doctor_findings,
             action_dim=None,
