@@ -568,9 +568,17 @@ def demo(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks: prints the figures and writes docs/benchmarks/*.json and plots. Runs in the tests
     session's venv (the main lock), with MetaWorld's registration module added: its simulator runs
-    in the venv of tests-metaworld."""
+    in the venv of tests-metaworld; EnvPool (the gymnasium section's peer) in .nox/bench-envpool."""
     python = _shared_venv(session, "tests", MAIN_LOCK)
     session.run(python, "-m", "pip", "install", "-q", "--no-deps", "-e", "packages/backend-metaworld", external=True)
+    if not session.posargs or {"gymnasium", "gymnasium_peers"} & set(session.posargs):
+        # EnvPool, a peer of the gymnasium section, in a venv of its own (its wheels pin their own numpy and gymnasium).
+        envpool = os.path.join(os.getcwd(), ".nox", "bench-envpool")
+        if not os.path.exists(os.path.join(envpool, "bin", "python")):
+            session.run("python3.11", "-m", "virtualenv", "-q", envpool, external=True)
+            session.run(
+                os.path.join(envpool, "bin", "python"), "-m", "pip", "install", "-q", "-r", "requirements/bench-envpool.txt", external=True
+            )
     session.run(python, "bench/run.py", *session.posargs, env={**RENDER_ENV, **_venv_env(python)}, external=True)
 
 

@@ -19,7 +19,8 @@ lockstep: the toy with heavy-tailed step costs, LIBERO with frequent auto-resets
 remote (`envfleet serve` over loopback and TLS against the in-process manager, and LIBERO over it against the
 in-process worker), record (a LIBERO stage with and without train.record, in turns), gymnasium (LeRobot's PushT and
 ALOHA through the gymnasium backend against AsyncVectorEnv, in the venvs of `nox -s tests-gymnasium`, and the
-backend's own cost), realtime (train.execution: clock wall against mode chunk under a policy that thinks, and clock
+backend's own cost; then gymnasium_peers: CartPole and HalfCheetah at 1 to 64 envs against SyncVectorEnv,
+AsyncVectorEnv, SB3's SubprocVecEnv and EnvPool), realtime (train.execution: clock wall against mode chunk under a policy that thinks, and clock
 sim's own cost). Each prints a table and
 writes
 docs/benchmarks/<section>.md, included by docs/benchmarks.md.
@@ -49,6 +50,7 @@ SECTIONS = (
     "remote",
     "record",
     "gymnasium",
+    "gymnasium_peers",
     "realtime",
 )
 

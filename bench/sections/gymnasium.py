@@ -30,6 +30,8 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
     del sys.path[0]  # this file is named gymnasium: as a script, its folder must not shadow the package
 from common import ROOT, rate_in_venv, vector_env_rate, write
 
+import sections.gymnasium_peers as gymnasium_peers
+
 NUM_ENVS, CHUNK, ROUNDS = 4, 8, 3
 SEEDS = list(range(NUM_ENVS))
 #: Timed and warm-up chunks per case (ALOHA renders three 640x480 cameras per step on the CPU).
@@ -299,6 +301,7 @@ def run() -> None:
             + "."
         )
     write("gymnasium", rows, notes)
+    gymnasium_peers.run()
 
 
 if __name__ == "__main__":
