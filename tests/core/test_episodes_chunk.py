@@ -42,8 +42,9 @@ def _run(tracker: EpisodeTracker, rng: np.random.Generator, chunk: int, whole: b
 
 @pytest.mark.parametrize("gym_style", [True, False])
 @pytest.mark.parametrize("ignore", [False, True])
-def test_record_chunk_is_record_per_sub_step(gym_style: bool, ignore: bool) -> None:
-    n, steps = 6, 13
+@pytest.mark.parametrize("n", [3, 16], ids=["small-chunks", "large-chunks"])  # record_chunk's Python path, and its numpy one
+def test_record_chunk_is_record_per_sub_step(gym_style: bool, ignore: bool, n: int) -> None:
+    steps = 13
     trackers = [EpisodeTracker(n, steps, reward_coef=0.5, ignore_terminations=ignore) for _ in range(2)]
     for t in trackers:
         t.begin(np.arange(n), np.arange(n), np.zeros(n, dtype=np.int64))
@@ -68,4 +69,4 @@ def test_record_chunk_is_record_per_sub_step(gym_style: bool, ignore: bool) -> N
         ended = np.nonzero(a.ended)[0]
         for t in trackers:  # a new episode for every env that ended, as an auto-reset does
             t.begin(ended, ended, np.zeros(len(ended), dtype=np.int64))
-    assert seen_end > 20  # episodes did end, by termination and by the step limit
+    assert seen_end > 10  # episodes did end, by termination and by the step limit

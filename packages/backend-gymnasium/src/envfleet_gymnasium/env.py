@@ -86,15 +86,13 @@ class GymnasiumEnv(BatchedEnv):
     # ------------------------------------------------------------------ the Env contract
     def reset_envs_to_state_ids(self, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
         state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=self.num_envs)
-        for i, sid in enumerate(state_ids.tolist()):
-            self._reset_one(i, sid)
+        self._reset_envs(np.arange(self.num_envs), state_ids)
         return ResetResult(obs=self.observations(), task_descriptions=self._descriptions(), infos={"state_id": state_ids.copy()})
 
     def reset_some_envs(self, env_ids: np.ndarray, state_ids: np.ndarray, task_ids: np.ndarray | None = None) -> ResetResult:
         env_ids = as_env_ids(env_ids, self.num_envs)
         state_ids, _ = check_reset_ids(self.states, state_ids, task_ids, num_envs=len(env_ids))
-        for i, sid in zip(env_ids.tolist(), state_ids.tolist()):
-            self._reset_one(i, sid)
+        self._reset_envs(env_ids, state_ids)
         return ResetResult(
             obs=self.observations(), task_descriptions=self._descriptions(), infos={"state_id": self.tracker.state_ids.copy()}
         )
@@ -147,9 +145,9 @@ class GymnasiumEnv(BatchedEnv):
                     self._write(i, last[i])
         if self.cycle is not None and flags.ended.any():
             ended = np.nonzero(flags.ended)[0]
-            for i, sid in zip(ended.tolist(), self.next_state_ids(ended).tolist()):
-                self._reset_one(i, sid)
-                flags.infos["reset_state_id"][i] = sid
+            sids = self.next_state_ids(ended)
+            self._reset_envs(ended, sids)
+            flags.infos["reset_state_id"][ended] = sids
         return flags.to_result(self.observations(), self._descriptions())
 
     def renderer_info(self) -> dict[str, str]:
@@ -164,11 +162,14 @@ class GymnasiumEnv(BatchedEnv):
                 pass
 
     # ------------------------------------------------------------------ internals
-    def _reset_one(self, i: int, sid: int) -> None:
-        obs, info = self.envs[i].reset(seed=self.case.seeds[sid])
-        at_reset = bool(info.get(self.success_key, False)) if isinstance(info, dict) else False
-        self.tracker.begin(np.array([i]), np.array([sid]), np.array([0]), np.array([at_reset]))
-        self._write(i, obs)
+    def _reset_envs(self, env_ids: np.ndarray, state_ids: np.ndarray) -> None:
+        """Reset env ``env_ids[j]`` to state ``state_ids[j]``, one after the other; one tracker update for all."""
+        at_reset = np.zeros(len(env_ids), dtype=bool)
+        for j, (i, sid) in enumerate(zip(env_ids.tolist(), state_ids.tolist())):
+            obs, info = self.envs[i].reset(seed=self.case.seeds[sid])
+            at_reset[j] = bool(info.get(self.success_key, False)) if isinstance(info, dict) else False
+            self._write(i, obs)
+        self.tracker.begin(env_ids, state_ids, np.zeros(len(env_ids), dtype=np.int64), at_reset)
 
     def _write(self, i: int, obs: Any) -> None:
         """Env ``i``'s observation (and, for ``render: rgb_array``, its frame now) into the observation arrays."""

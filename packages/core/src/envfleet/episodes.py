@@ -40,6 +40,9 @@ from .states import StateCycle  # its home until states.py gathered every way of
 
 __all__ = ["EpisodeTracker", "StateCycle", "ChunkFlags", "restarted_rows"]
 
+#: Up to this many env sub-steps a chunk, :meth:`EpisodeTracker.record_chunk` runs env by env in Python.
+_SMALL_CHUNK = 64
+
 
 @dataclass
 class ChunkFlags:
@@ -218,45 +221,117 @@ class EpisodeTracker:
     ) -> None:
         """Account a whole chunk at once: the same as :meth:`record` for each of its sub-steps, with
         ``[n, chunk]`` arrays (``simulated[:, k]`` the envs that ran sub-step ``k``, and so on), for a
-        backend that steps its envs one by one and has their results only as it goes. The caller runs
-        no env after its episode ended: a termination (unless ``ignore_terminations``), a truncation, or
-        :meth:`steps_left` sub-steps."""
+        backend that steps its envs one by one and has their results only as it goes.
+
+        The caller runs each env from the chunk's first sub-step on (``simulated[i]`` is a run of True
+        from the start, none for an env already finished), and none after its episode ended: a
+        termination (unless ``ignore_terminations``), a truncation, or :meth:`steps_left` sub-steps."""
         c = self._chunk
         assert c is not None, "start_chunk() first"
         sim = np.asarray(simulated, dtype=bool)
-        chunk = sim.shape[1]
+        n, chunk = sim.shape
+        if chunk == 0:
+            return
+        if n * chunk <= _SMALL_CHUNK:
+            self._record_chunk_small(c, sim, success, reward, terminated, truncated)
+            return
         succ = np.asarray(success, dtype=bool) & sim
         term = np.asarray(terminated, dtype=bool) & sim if terminated is not None else succ
-        length = self.length[:, None] + np.cumsum(sim, axis=1)
+        ran = sim.sum(axis=1)  # sub-steps each env ran: sub-step k ran iff k < ran
+        length = self.length[:, None] + np.arange(1, chunk + 1)  # the episode's length after sub-step k, where it ran
         if reward is None:
             rewards = succ * np.float32(self.reward_coef)
         else:
             rewards = np.where(sim, np.asarray(reward, dtype=np.float32) * np.float32(self.reward_coef), np.float32(0))
         # record()'s float32 sums, one sub-step after the other (accumulate adds left to right): the same bits.
-        self.ret = np.add.accumulate(np.concatenate([self.ret[:, None], rewards], axis=1), axis=1)[:, -1].astype(np.float32)
-        # last_success after sub-step k: success at the latest simulated sub-step up to k, else the one before the chunk.
-        latest = np.maximum.accumulate(np.where(sim, np.arange(chunk), -1), axis=1)
-        last = np.where(latest >= 0, np.take_along_axis(succ, np.maximum(latest, 0), axis=1), self.last_success[:, None])
+        self.ret = np.add.accumulate(np.concatenate([self.ret[:, None], rewards], axis=1), axis=1)[:, -1]
+        # last_success after sub-step k: success at the latest sub-step the env ran up to k, else the one before the chunk.
+        final = np.where(ran > 0, succ[np.arange(n), np.maximum(ran - 1, 0)], self.last_success)
+        last = np.where(sim, succ, final[:, None])
         if terminated is not None:
-            c.successes = last.copy()
+            c.successes = last
         trunc = sim & (length >= self.max_episode_steps)
         if truncated is not None:
             trunc |= np.asarray(truncated, dtype=bool) & sim
-        ends = trunc if self.ignore_terminations else trunc | term
-        end_term = self.end_term[:, None] | (np.logical_or.accumulate(term, axis=1) if not self.ignore_terminations else False)
+        if self.ignore_terminations:
+            ends = trunc
+            end_term = self.end_term[:, None]
+        else:
+            ends = trunc | term
+            end_term = self.end_term[:, None] | np.logical_or.accumulate(term, axis=1)
+            self.end_term = end_term[:, -1].copy()
         end_trunc = self.end_trunc[:, None] | np.logical_or.accumulate(trunc, axis=1)
+        self.end_trunc = end_trunc[:, -1].copy()
         c.rewards[:] = rewards
         c.terminations[:] = np.where(sim, term, end_term)
         c.truncations[:] = np.where(sim, trunc, end_trunc)
         ended = ends.any(axis=1)
         c.ended |= ended
         self.done |= ended
-        self.length = length[:, -1].copy() if chunk else self.length
+        self.length += ran
         self.success_once |= succ.any(axis=1)
-        if chunk:
-            self.last_success = last[:, -1].copy()
-            self.end_term = end_term[:, -1].copy() if not self.ignore_terminations else self.end_term
-            self.end_trunc = end_trunc[:, -1].copy()
+        self.last_success = last[:, -1].copy()
+
+    def _record_chunk_small(self, c: ChunkFlags, sim: np.ndarray, success: Any, reward: Any, terminated: Any, truncated: Any) -> None:
+        """:meth:`record_chunk` for a small chunk, env by env in Python: a few dozen numpy calls cost more than
+        the loop. The same arithmetic (float32 rewards and sums), so the same bits."""
+        n, chunk = sim.shape
+        ran = sim.sum(axis=1).tolist()
+        succ = np.asarray(success, dtype=bool).tolist()
+        term = np.asarray(terminated, dtype=bool).tolist() if terminated is not None else succ
+        trunc_in = np.asarray(truncated, dtype=bool).tolist() if truncated is not None else None
+        rew = np.asarray(reward, dtype=np.float32).tolist() if reward is not None else None
+        coef = np.float32(self.reward_coef)
+        zero = np.float32(0)
+        ignore = self.ignore_terminations
+        limit = self.max_episode_steps
+        length, ret = self.length.tolist(), self.ret.tolist()
+        last_success, end_term, end_trunc = self.last_success.tolist(), self.end_term.tolist(), self.end_trunc.tolist()
+        rewards = np.zeros((n, chunk), dtype=np.float32)
+        terminations = np.zeros((n, chunk), dtype=bool)
+        truncations = np.zeros((n, chunk), dtype=bool)
+        successes = np.zeros((n, chunk), dtype=bool) if terminated is not None else None
+        for i in range(n):
+            m, total = ran[i], np.float32(ret[i])
+            row_rewards, row_terms, row_truncs, row_succ = [zero] * chunk, [False] * chunk, [False] * chunk, [False] * chunk
+            last = last_success[i]
+            for k in range(m):
+                ok = succ[i][k]
+                t = term[i][k] if terminated is not None else ok
+                r = (np.float32(rew[i][k]) * coef) if rew is not None else (coef if ok else zero)
+                total = total + r
+                length[i] += 1
+                u = length[i] >= limit or (trunc_in is not None and trunc_in[i][k])
+                row_rewards[k], row_terms[k], row_truncs[k] = r, t, u
+                last = ok
+                row_succ[k] = last
+                if t and not ignore:
+                    end_term[i] = True
+                if u:
+                    end_trunc[i] = True
+                if u or (t and not ignore):
+                    self.done[i] = True
+                    c.ended[i] = True
+                if ok:
+                    self.success_once[i] = True
+            for k in range(m, chunk):  # finished envs keep the flag that ended them, and their last success
+                row_terms[k], row_truncs[k], row_succ[k] = end_term[i], end_trunc[i], last
+            ret[i], last_success[i] = total, last
+            rewards[i] = row_rewards
+            terminations[i] = row_terms
+            truncations[i] = row_truncs
+            if successes is not None:
+                successes[i] = row_succ
+        c.rewards[:] = rewards
+        c.terminations[:] = terminations
+        c.truncations[:] = truncations
+        if successes is not None:
+            c.successes = successes
+        self.length = np.asarray(length, dtype=np.int64)
+        self.ret = np.asarray(ret, dtype=np.float32)
+        self.last_success = np.asarray(last_success, dtype=bool)
+        self.end_term = np.asarray(end_term, dtype=bool)
+        self.end_trunc = np.asarray(end_trunc, dtype=bool)
 
     def end_chunk(self) -> ChunkFlags:
         """Finish the chunk: flags, which envs ended, and per-env episode infos."""

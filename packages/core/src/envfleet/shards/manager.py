@@ -346,7 +346,8 @@ class ProcessEnvManager:
             self._check_running()
             self._ready.check_idle("chunk_step")
             actions = check_actions(actions, self.num_envs, self.action_dim, self.num_action_chunks)
-            if self._action_check is not None:
+            if self._action_check is not None and len(self._shard_set.shards) > 1:
+                # One shard checks every action before any of its envs steps; several must all be checked here first.
                 self._action_check(actions)
             ran: dict[str, np.ndarray] = {}
             command, chunk = Command.STEP, actions.shape[1]
