@@ -46,7 +46,7 @@ def test_realtime_libero_is_libero_alone_with_the_executed_actions_and_reproduci
     alone = run_alone(SUITE, TASK, TRIAL, directed_actions(5, CALLS, CHUNK), seed=SEED, settle=SETTLE, size=SIZE)
     _same_frames(zero, alone.frames, "delay 0 against LIBERO alone (mode chunk's actions)")
 
-    runs = [_run(*SEEDED) for _ in range(3)]
+    runs = [_run(*SEEDED) for _ in range(2)]
     frames, applied, delays = runs[0]
     assert np.concatenate(delays)[1:].max() > 0, delays  # some chunk arrived late
     assert not np.array_equal(np.stack(applied), directed_actions(5, CALLS, CHUNK))
