@@ -74,12 +74,24 @@ class Leaf:
         return d.get("type") == "Box" and d.get("dtype") == "uint8" and len(d["shape"]) == 3 and int(d["shape"][-1]) == 3
 
     def spec(self) -> ArraySpec:
-        """The array one env's value of this entry is."""
+        """The array one env's value of this entry is.
+
+        :raises ConfigError: a description without what its space needs (a space class envfleet does not know
+            under a known name), naming the entry.
+        """
         d = self.desc
-        kind = d["type"]
-        if kind == "Discrete":
-            return ArraySpec((), str(d.get("dtype", "int64")))
-        return ArraySpec(tuple(int(s) for s in d["shape"]), str(d["dtype"]))
+        kind = d.get("type")
+        try:
+            if kind == "Discrete":
+                return ArraySpec((), str(d.get("dtype", "int64")))
+            if kind == "MultiDiscrete":  # its shape is its nvec's
+                return ArraySpec(tuple(np.shape(d["nvec"])), str(d["dtype"]))
+            return ArraySpec(tuple(int(s) for s in d["shape"]), str(d["dtype"]))
+        except KeyError as exc:
+            raise ConfigError(
+                f"observation entry {self.name!r} is {space_text(d)}, whose description has no {exc}: envfleet carries "
+                f"{', '.join(CARRIED)} (in Dict and flat Tuple); leave it out with train.gymnasium.state_keys"
+            ) from None
 
 
 def _name(path: tuple[str, ...], desc: Mapping[str, Any]) -> str:
