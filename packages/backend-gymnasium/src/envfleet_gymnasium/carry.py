@@ -310,8 +310,17 @@ def action_layout(desc: Mapping[str, Any], rescale: bool = False) -> ActionLayou
         )
     if kind == "Box":
         shape = tuple(int(s) for s in desc["shape"])
-        low = np.asarray(desc["low"], dtype=np.float64).reshape(shape)
-        high = np.asarray(desc["high"], dtype=np.float64).reshape(shape)
+        if "low" not in desc:  # a large Box whose bounds vary (make.describe records them up to BOUNDS_LIMIT values)
+            if rescale:
+                raise ConfigError(
+                    f"config key 'train.gymnasium.rescale_actions' is true, but the action space {space_text(desc)} has too many "
+                    "different bounds to record: rescale the actions in the policy instead"
+                )
+            dim = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            return ActionLayout("Box", dim, shape, str(desc["dtype"]))
+        # One number stands for a bound that is the same throughout (make.describe).
+        low = np.broadcast_to(np.asarray(desc["low"], dtype=np.float64), shape)
+        high = np.broadcast_to(np.asarray(desc["high"], dtype=np.float64), shape)
         if rescale and not (np.isfinite(low).all() and np.isfinite(high).all()):
             raise ConfigError(
                 f"config key 'train.gymnasium.rescale_actions' is true, but the action space {space_text(desc)} has infinite bounds: "

@@ -163,7 +163,8 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             "max_episode_steps": getattr(spec, "max_episode_steps", None),
             "nondeterministic": bool(getattr(spec, "nondeterministic", False)),
             "env_class": type(env.unwrapped).__name__,
-            "obs": describe(env.observation_space),
+            # With bounds: the faces present the env's own observation space (envfleet_gymnasium.spaces).
+            "obs": describe(env.observation_space, bounds=True),
             "action": describe(env.action_space, bounds=True),
             "render": frame,
             "deterministic_reset": bool(deterministic),

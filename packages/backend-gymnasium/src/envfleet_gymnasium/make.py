@@ -25,7 +25,7 @@ import numpy as np
 # Imports inside functions: gymnasium and the env's own package load only where an env is made or described
 # (the shard, the probe's child), in the env's venv.
 
-__all__ = ["CaseError", "prepare_id", "make_env", "describe", "describe_frame", "env_packages", "set_gl"]
+__all__ = ["BOUNDS_LIMIT", "CaseError", "prepare_id", "make_env", "describe", "describe_frame", "env_packages", "set_gl"]
 
 
 class CaseError(RuntimeError):
@@ -104,10 +104,25 @@ def make_env(request: Mapping[str, Any]) -> Any:
         raise CaseError("unknown_id", f"{type(exc).__name__}: {exc}") from exc
 
 
+#: A Box's bounds of more values than this are recorded only where each is one number throughout.
+BOUNDS_LIMIT = 4096
+
+
+def _bound(values: np.ndarray) -> Any:
+    """A Box's ``low`` or ``high`` as JSON: one number where every value is that number (an image's 0 and
+    255), else the nested list; ``None`` where that list would be longer than :data:`BOUNDS_LIMIT`.
+    Whole-number dtypes stay ints, so that int64 bounds are exact."""
+    flat = values.reshape(-1)
+    if flat.size and (flat == flat[0]).all():
+        return flat[0].item()
+    return values.tolist() if flat.size <= BOUNDS_LIMIT else None
+
+
 def describe(space: Any, bounds: bool = False) -> dict[str, Any]:
     """A gymnasium space as plain JSON data (:mod:`envfleet_gymnasium.carry` reads it).
 
-    :param bounds: record a Box's ``low`` / ``high`` (for an action space; an image's would be large).
+    :param bounds: record a Box's ``low`` / ``high``: one number where it is the same throughout (an
+        image's), else a list; a large Box whose bounds vary is recorded without them.
     """
     from gymnasium import spaces
 
@@ -115,14 +130,17 @@ def describe(space: Any, bounds: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"repr": text if len(text) <= 200 else text[:197] + "..."}
     if isinstance(space, spaces.Box):
         out.update(type="Box", shape=list(space.shape), dtype=space.dtype.name)
-        if bounds:
-            out.update(low=space.low.astype(np.float64).tolist(), high=space.high.astype(np.float64).tolist())
+        low, high = (_bound(space.low), _bound(space.high)) if bounds else (None, None)
+        if low is not None and high is not None:
+            out.update(low=low, high=high)
     elif isinstance(space, spaces.Discrete):
         out.update(type="Discrete", n=int(space.n), start=int(space.start), dtype=np.dtype(space.dtype).name)
     elif isinstance(space, spaces.MultiDiscrete):
         out.update(type="MultiDiscrete", nvec=space.nvec.tolist(), start=space.start.tolist(), dtype=space.dtype.name)
     elif isinstance(space, spaces.MultiBinary):
-        out.update(type="MultiBinary", shape=list(space.shape), dtype=space.dtype.name)
+        # n as given (4 or [4]): gymnasium's MultiBinary compares it, not the shape.
+        n = space.n if isinstance(space.n, (int, np.integer)) else list(space.n)
+        out.update(type="MultiBinary", shape=list(space.shape), n=n if isinstance(n, list) else int(n), dtype=space.dtype.name)
     elif isinstance(space, spaces.Dict):
         out.update(type="Dict", spaces=[[str(k), describe(v, bounds)] for k, v in space.spaces.items()])
     elif isinstance(space, spaces.Tuple):

@@ -46,8 +46,9 @@ from .child import MARKER, file_digest
 
 __all__ = ["PROBE_FORMAT", "CACHE_ENV", "ProbeError", "cache_dir", "probe", "probe_count", "clear_memo"]
 
-#: The answer's format: an answer written by another format is probed again.
-PROBE_FORMAT = 2
+#: The answer's format: an answer written by another format is probed again
+#: (3: the observation space's description holds its Box bounds).
+PROBE_FORMAT = 3
 CACHE_ENV = "ENVFLEET_GYMNASIUM_CACHE"
 _OFF = ("", "0", "off", "none", "false")
 
