@@ -59,6 +59,9 @@ class EnvfleetFirstReadyVectorEnv(EnvfleetVectorEnv):
         if self._obs is None:
             raise InvalidInputError("call reset() before step_async(): no env has an episode yet")
         ids = np.arange(self.num_envs) if env_ids is None else as_env_ids(env_ids, self.num_envs)
+        if self.own is not None:  # the env's own action space: its own form checked and made rows
+            self._local.send_chunk(ids, self._chunk_actions(actions, len(ids)))
+            return
         if hasattr(actions, "detach") and hasattr(actions, "cpu"):  # a torch tensor
             actions = actions.detach().cpu().numpy()
         arr = np.asarray(actions, dtype=np.float32)
@@ -69,7 +72,7 @@ class EnvfleetFirstReadyVectorEnv(EnvfleetVectorEnv):
 
     def step_wait(
         self, min_ready: int | None = None, timeout: float | None = None
-    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """``(obs, rewards, terminations, truncations, infos)`` of the envs done, at least ``min_ready``
         (every env in flight when None), or those done by ``timeout`` seconds; ``infos["env_ids"]`` names the rows."""
         self._check_open()
@@ -85,9 +88,9 @@ class EnvfleetFirstReadyVectorEnv(EnvfleetVectorEnv):
         assert self._obs is not None
         for key, value in result.obs.items():
             self._obs[key][result.env_ids] = value
-        return {key: value.copy() for key, value in result.obs.items()}, rewards, terminated, truncated, infos
+        return self._obs_out(result.obs), rewards, terminated, truncated, infos
 
-    def step(self, actions: Any) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """One step of every env: :meth:`step_async` then :meth:`step_wait` for all of them."""
         self.step_async(actions)
         return self.step_wait(self.num_envs)

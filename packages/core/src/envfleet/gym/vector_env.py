@@ -17,6 +17,14 @@ Steps (``step=``):
   ``n`` actions (LeRobot's ``n_action_steps``) sets ``actor.model.num_action_chunks: n``
   and steps chunks instead; nothing else is rendered for it.
 
+Spaces (``spaces=``): ``"env"`` (the default) presents the env's own spaces where the backend
+declares them (``BackendSpec.spaces``: the gymnasium backend's env without images, :mod:`envfleet.spaces`):
+its own observation space (a ``Box``, a ``Discrete``, a ``Dict`` with its own keys) and its own action
+space, a chunk of it with ``step="chunk"`` (:func:`envfleet.spaces.chunked`); actions are taken in
+that space's form (an integer per env for ``Discrete``). Every other backend, an env with images, and
+``"flat"`` give envfleet's ``Dict`` layout: every key of the observation spec, and
+``Box(-1, 1, (chunk, action_dim))`` actions.
+
 Autoreset (``autoreset_mode=``, gymnasium's :class:`~gymnasium.vector.AutoresetMode`):
 ``NextStep`` (gymnasium's default), ``SameStep`` (``final_obs`` / ``final_info`` in the
 infos) and ``Disabled`` (stepping an env whose episode ended is an error; reset it with
@@ -38,12 +46,16 @@ from ..errors import ConfigError, InvalidInputError
 from ..faces import StateWalk, as_config, check_face_execution
 from ..plugins import BackendSpec
 from ..remote.config import build_manager
+from ..spaces import OwnSpaces, own_spaces
 from .infos import chunk_infos, masked_infos, merge_infos, object_column
+from .spaces import space
 
-__all__ = ["STEP_MODES", "EnvfleetVectorEnv", "make_vector_env"]
+__all__ = ["SPACES", "STEP_MODES", "EnvfleetVectorEnv", "make_vector_env"]
 
 #: What one ``step`` of the VectorEnv is: a whole chunk of actions, or one action.
 STEP_MODES = ("chunk", "action")
+#: Which spaces the VectorEnv presents: the env's own where the backend declares them, or envfleet's Dict layout.
+SPACES = ("env", "flat")
 
 _RESET_OPTIONS = ("reset_mask", "state_ids", "task_ids")
 
@@ -84,6 +96,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
     :param render_mode: ``None`` or ``"rgb_array"`` (:meth:`render` hands out the last ``full_image``).
     :param stage_id: the stage this env is (seeds, shared-memory names, messages).
     :param backend: a :class:`~envfleet.plugins.BackendSpec`; looked up from ``simulator_type`` when omitted.
+    :param spaces: ``"env"`` (the env's own spaces where the backend declares them) or ``"flat"`` (:data:`SPACES`).
     """
 
     #: Whether the simulator resets finished envs itself (``train.auto_reset``), as first-ready stepping needs.
@@ -99,10 +112,13 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         render_mode: str | None = None,
         stage_id: int = 0,
         backend: BackendSpec | None = None,
+        spaces: str = "env",
     ) -> None:
         self.closed = True  # until the manager is up: close() then has nothing to free
         if step not in STEP_MODES:
             raise ValueError(f"step must be one of {STEP_MODES} (one step per chunk or per action), got {step!r}")
+        if spaces not in SPACES:
+            raise ValueError(f"spaces must be one of {SPACES} (the env's own where declared, or envfleet's Dict layout), got {spaces!r}")
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array' (the images the env already returns), got {render_mode!r}")
         self.autoreset_mode = _autoreset(autoreset_mode)
@@ -123,11 +139,25 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         self.num_envs = self.manager.num_envs
         self.chunk = self.manager.chunk
         self.action_dim = self.manager.action_dim
-        self.single_observation_space = observation_space(self.manager.obs_spec)
+        #: The env's own spaces (:mod:`envfleet.spaces`), or ``None``: envfleet's Dict layout.
+        self.own: OwnSpaces | None = None
+        try:
+            if spaces == "env":
+                chunk = self.chunk if step == "chunk" else None
+                self.own = own_spaces(self.manager.spec, env_cfg, self.manager.obs_spec, self.action_dim, chunk)
+            if self.own is not None:
+                self.single_observation_space = space(self.own.observation.desc)
+                self.single_action_space = space(self.own.action.desc)
+        except BaseException:
+            self.manager.close()
+            raise
+        if self.own is not None:
+            self._action_shape: tuple[int, ...] = self.own.action.shape
+        else:
+            self.single_observation_space = observation_space(self.manager.obs_spec)
+            self._action_shape = (self.chunk, self.action_dim) if step == "chunk" else (self.action_dim,)
+            self.single_action_space = gym.spaces.Box(-1.0, 1.0, self._action_shape, np.float32)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        action_shape = (self.chunk, self.action_dim) if step == "chunk" else (self.action_dim,)
-        self._action_shape: tuple[int, ...] = action_shape
-        self.single_action_space = gym.spaces.Box(-1.0, 1.0, action_shape, np.float32)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.metadata = {
             "autoreset_mode": self.autoreset_mode,
@@ -147,7 +177,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         self.closed = False
 
     # ------------------------------------------------------------------ gymnasium API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         """Reset every env, or those of ``options["reset_mask"]``; returns ``(obs, infos)``.
 
         Options: ``reset_mask`` (bool ``[num_envs]``: reset only these envs), ``state_ids`` (the
@@ -180,7 +210,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         self._ended[mask] = False
         return self._obs_out(), masked_infos(self._reset_values(result), mask)
 
-    def step(self, actions: Any) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """One chunk (``step="chunk"``) or one action (``step="action"``) for every env."""
         self._check_open()
         if self._obs is None:
@@ -218,7 +248,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         elif self.autoreset_mode is AutoresetMode.SAME_STEP and ended.any():
             final_obs = np.full(self.num_envs, None, dtype=object)
             for i in np.nonzero(ended)[0]:
-                final_obs[i] = {key: value[i].copy() for key, value in obs.items()}
+                final_obs[i] = self._obs_row(obs, int(i))
             final_info = masked_infos(values, ended)
             reset = self.manager.reset_some_envs(np.nonzero(ended)[0], self._walk.take(int(ended.sum())))
             obs = dict(reset.obs)
@@ -265,16 +295,31 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         if self.closed:
             raise gym.error.ClosedEnvironmentError("this EnvfleetVectorEnv is closed; make a new one with make_vector_env()")
 
-    def _obs_out(self) -> dict[str, np.ndarray]:
-        assert self._obs is not None
+    def _obs_out(self, obs: dict[str, np.ndarray] | None = None) -> Any:
+        """The observation handed out: ``obs`` (the manager's arrays; the last one kept when None) as the
+        env's own structure, or as envfleet's Dict layout."""
+        obs = self._obs if obs is None else obs
+        assert obs is not None
         # Copies: the caller may keep or change them; the face keeps its own for render() and final_obs.
-        return {key: value.copy() for key, value in self._obs.items()}
+        if self.own is not None:
+            return self.own.observation.batch(obs)
+        return {key: value.copy() for key, value in obs.items()}
 
-    def _chunk_actions(self, actions: Any) -> np.ndarray:
+    def _obs_row(self, obs: dict[str, np.ndarray], i: int) -> Any:
+        """Env ``i``'s observation alone (``final_obs``), as :meth:`_obs_out` hands it out."""
+        if self.own is not None:
+            return self.own.observation.row(obs, i)
+        return {key: value[i].copy() for key, value in obs.items()}
+
+    def _chunk_actions(self, actions: Any, num_envs: int | None = None) -> np.ndarray:
+        """``actions`` (one row per env, or per env of ``num_envs``) as the manager's rows ``[n, chunk, action_dim]``."""
+        n = self.num_envs if num_envs is None else num_envs
+        if self.own is not None:
+            return self.own.action.rows(actions, n)
         if hasattr(actions, "detach") and hasattr(actions, "cpu"):  # a torch tensor
             actions = actions.detach().cpu().numpy()
         arr = np.asarray(actions)
-        expected = (self.num_envs, *self._action_shape)
+        expected = (n, *self._action_shape)
         if arr.shape != expected:
             raise InvalidInputError(
                 f"actions must have shape {list(expected)} (num_envs, "
@@ -325,6 +370,7 @@ def make_vector_env(config: Any, **options: Any) -> EnvfleetVectorEnv:
 
     Options: ``autoreset_mode`` (``"NextStep"``, ``"SameStep"``, ``"Disabled"``), ``step``
     (``"chunk"`` or ``"action"``), ``mode`` (``"train"`` / ``"val"``), ``render_mode``,
-    ``stage_id`` and ``backend``; see :class:`EnvfleetVectorEnv`. The simulator starts here.
+    ``stage_id``, ``backend`` and ``spaces`` (``"env"`` or ``"flat"``); see :class:`EnvfleetVectorEnv`.
+    The simulator starts here.
     """
     return EnvfleetVectorEnv(config, **options)

@@ -14,8 +14,10 @@ step, its last observation handed out beside) and translates.
 - ``reset()``: the seed of :meth:`seed` (SB3 gives env ``i`` ``seed + i``: the face's walk
   over initial states is shuffled by env 0's) and the options of :meth:`set_options`
   (``state_id`` / ``task_id`` per env: the backend's fixed initial states), each used once.
-- What a step is (``step="chunk"``, the default, or ``"action"``) is the gymnasium face's
-  decision: see docs/faces/gymnasium.md.
+- What a step is (``step="chunk"``, the default, or ``"action"``) and which spaces it presents
+  (the env's own, where the backend declares them: ``PPO("MlpPolicy")`` and ``DQN`` run on a
+  gymnasium env's ``Box`` observation and ``Discrete`` action) are the gymnasium face's
+  decisions: see docs/faces/gymnasium.md.
 - The ``num_envs`` envs are one batch behind one face, not ``num_envs`` ``gymnasium.Env``
   objects: ``get_attr`` / ``env_method`` reach the face (one value per env asked for),
   ``set_attr`` / ``env_method`` take every env or none, and ``env_is_wrapped`` is False
@@ -66,7 +68,8 @@ class EnvfleetVecEnv(VecEnv):  # type: ignore[misc]
     :param options: the gymnasium face's (:class:`~envfleet.gym.EnvfleetVectorEnv`), passed to it
         unchanged: ``step`` (``"chunk"``, the default, or ``"action"``), ``mode`` (``"train"`` or
         ``"val"``), ``render_mode`` (``None`` or ``"rgb_array"``: :meth:`render` tiles the images
-        already returned), ``stage_id`` and ``backend``. Not ``autoreset_mode``: SB3's ``VecEnv``
+        already returned), ``stage_id``, ``backend`` and ``spaces`` (``"env"``: the env's own where
+        the backend declares them; ``"flat"``: envfleet's Dict layout). Not ``autoreset_mode``: SB3's ``VecEnv``
         resets a finished env within the step, which is gymnasium's ``SAME_STEP``.
     """
 
@@ -111,10 +114,12 @@ class EnvfleetVecEnv(VecEnv):  # type: ignore[misc]
         arr = np.asarray(actions)
         expected = (self.num_envs, *(self.action_space.shape or ()))
         if arr.shape != expected:
+            if self.vector_env.own is not None:
+                what = f"the env's own {self.action_space}"
+            else:
+                what = "chunk, action_dim" if self.vector_env.step_mode == "chunk" else "action_dim"
             raise InvalidInputError(
-                f"actions must have shape {list(expected)} (num_envs, *action_space.shape: "
-                + ("chunk, action_dim" if self.vector_env.step_mode == "chunk" else "action_dim")
-                + f"), got {list(arr.shape)}"
+                f"actions must have shape {list(expected)} (num_envs, *action_space.shape: {what}), got {list(arr.shape)}"
             )
         self._actions = arr
 
@@ -210,6 +215,6 @@ def make_vec_env(config: Any, **options: Any) -> EnvfleetVecEnv:
     """An SB3 ``VecEnv`` over envfleet: ``config`` as :func:`envfleet.load_config` takes it.
 
     Options: ``step`` (``"chunk"`` or ``"action"``), ``mode`` (``"train"`` / ``"val"``),
-    ``render_mode``, ``stage_id`` and ``backend``; see :class:`EnvfleetVecEnv`. The simulator starts here.
+    ``render_mode``, ``stage_id``, ``backend`` and ``spaces``; see :class:`EnvfleetVecEnv`. The simulator starts here.
     """
     return EnvfleetVecEnv(config, **options)

@@ -10,6 +10,14 @@ as TorchRL's collectors and ``rollout(break_when_any_done=False)`` send it) rese
 envs only; the others run on. ``"state_ids"`` in the reset tensordict picks the backend's
 fixed initial states; otherwise they come from a walk over every state id, seeded by
 :meth:`set_seed` (``train.seed`` until then).
+
+Specs (``spaces=``): ``"env"`` (the default) presents the env's own spaces where the backend declares
+them (the gymnasium backend's env without images, :mod:`envfleet.spaces`), as TorchRL's ``GymEnv`` does
+(:mod:`envfleet.torchrl.specs`: ``"observation"`` for a lone space, a ``OneHot`` action for
+``Discrete``, or a ``Categorical`` one with ``categorical_action_encoding=True``); with
+``step="chunk"`` the action has the chunk as its first dimension (:func:`envfleet.spaces.chunked`).
+Other backends, an env with images, and ``"flat"``: every key of the observation spec, and
+``Bounded(-1, 1)`` actions ``[num_envs, chunk, action_dim]``.
 """
 
 from __future__ import annotations
@@ -19,16 +27,30 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torchrl.data import Bounded, Categorical, Composite, Unbounded
+from torchrl.data import Bounded, Categorical, Composite, TensorSpec, Unbounded
 from torchrl.envs import EnvBase
 
+from ..env import ArraySpec
 from ..errors import ConfigError, InvalidInputError
 from ..execution import result_shapes
 from ..faces import StateWalk, as_config, check_face_execution
 from ..plugins import BackendSpec
 from ..remote.config import build_manager
+from ..spaces import own_spaces
+from .specs import OwnSpecs, own_specs
 
-__all__ = ["EnvfleetEnv", "make_env"]
+__all__ = ["SPACES", "EnvfleetEnv", "make_env"]
+
+#: Which specs the env presents: the env's own where the backend declares them, or envfleet's layout.
+SPACES = ("env", "flat")
+
+
+def _layout_spec(spec: ArraySpec, n: int) -> TensorSpec:
+    """One key of envfleet's layout: an image ``Bounded(0, 255)``, another array ``Unbounded`` of its dtype."""
+    dtype = getattr(torch, np.dtype(spec.dtype).name)
+    if dtype == torch.uint8:
+        return Bounded(0, 255, shape=(n, *spec.shape), dtype=torch.uint8)
+    return Unbounded(shape=(n, *spec.shape), dtype=dtype)
 
 
 class EnvfleetEnv(EnvBase):  # type: ignore[misc]
@@ -39,16 +61,29 @@ class EnvfleetEnv(EnvBase):  # type: ignore[misc]
     :param mode: ``"train"`` or ``"val"``.
     :param stage_id: the stage this env is.
     :param backend: a :class:`~envfleet.plugins.BackendSpec`; looked up from ``simulator_type`` when omitted.
+    :param spaces: ``"env"`` (the env's own spaces where the backend declares them) or ``"flat"`` (:data:`SPACES`).
+    :param categorical_action_encoding: with the env's own spaces, ``Categorical`` specs for its
+        ``Discrete`` / ``MultiDiscrete`` spaces instead of ``OneHot`` ones (``GymEnv``'s argument).
     """
 
     #: Whether the simulator resets finished envs itself (``train.auto_reset``), as first-ready stepping needs.
     simulator_resets = False
 
     def __init__(
-        self, config: Any, *, step: str = "chunk", mode: str = "train", stage_id: int = 0, backend: BackendSpec | None = None
+        self,
+        config: Any,
+        *,
+        step: str = "chunk",
+        mode: str = "train",
+        stage_id: int = 0,
+        backend: BackendSpec | None = None,
+        spaces: str = "env",
+        categorical_action_encoding: bool = False,
     ) -> None:
         if step not in ("chunk", "action"):
             raise ValueError(f"step must be 'chunk' or 'action' (one step per chunk or per action), got {step!r}")
+        if spaces not in SPACES:
+            raise ValueError(f"spaces must be one of {SPACES} (the env's own where declared, or envfleet's layout), got {spaces!r}")
         cfg = as_config(config, ["actor.model.num_action_chunks=1"] if step == "action" else [])
         check_face_execution(cfg[mode], mode, "the TorchRL face")
         if cfg[mode].auto_reset and not self.simulator_resets:
@@ -62,20 +97,30 @@ class EnvfleetEnv(EnvBase):  # type: ignore[misc]
         self.config = cfg
         self.step_mode = step
         self.ignore_terminations = bool(cfg[mode].ignore_terminations)
-        observation = {}
-        for key, spec in manager.obs_spec.items():
-            dtype = getattr(torch, np.dtype(spec.dtype).name)
-            if dtype == torch.uint8:
-                observation[key] = Bounded(0, 255, shape=(n, *spec.shape), dtype=torch.uint8)
-            else:
-                observation[key] = Unbounded(shape=(n, *spec.shape), dtype=dtype)
+        #: The env's own spaces as TorchRL specs (:mod:`envfleet.torchrl.specs`), or ``None``: envfleet's layout.
+        self.own: OwnSpecs | None = None
+        try:
+            if spaces == "env":
+                chunk = manager.chunk if step == "chunk" else None
+                own = own_spaces(manager.spec, cfg[mode], manager.obs_spec, manager.action_dim, chunk)
+                self.own = own_specs(own, n, categorical_action_encoding)
+        except BaseException:
+            manager.close()
+            raise
+        if self.own is not None:
+            observation = self.own.observation_spec()
+        else:
+            observation = {key: _layout_spec(spec, n) for key, spec in manager.obs_spec.items()}
         # mode realtime: what ran (envfleet.execution), zeros after a reset.
         self._ran = result_shapes(cfg[mode], manager.chunk, manager.action_dim)
         for key, (shape, np_dtype) in self._ran.items():
             observation[key] = Unbounded(shape=(n, *shape), dtype=getattr(torch, np_dtype.name))
         self.observation_spec = Composite(observation, shape=(n,))
-        shape = (n, manager.chunk, manager.action_dim) if step == "chunk" else (n, manager.action_dim)
-        self.action_spec = Bounded(-1.0, 1.0, shape=shape, dtype=torch.float32)
+        if self.own is not None:
+            self.action_spec = self.own.action.spec
+        else:
+            shape = (n, manager.chunk, manager.action_dim) if step == "chunk" else (n, manager.action_dim)
+            self.action_spec = Bounded(-1.0, 1.0, shape=shape, dtype=torch.float32)
         self.reward_spec = Unbounded(shape=(n, 1), dtype=torch.float32)
         flag = Categorical(2, shape=(n, 1), dtype=torch.bool)
         self.done_spec = Composite(done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=(n,))
@@ -114,9 +159,12 @@ class EnvfleetEnv(EnvBase):  # type: ignore[misc]
         )
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        actions = tensordict.get("action").detach().cpu().numpy()
-        if self.step_mode == "action":
-            actions = actions[:, None, :]
+        if self.own is not None:  # the env's own action: its spec's form checked and made rows
+            actions = self.own.actions(tensordict.get("action"), self.manager.num_envs)
+        else:
+            actions = tensordict.get("action").detach().cpu().numpy()
+            if self.step_mode == "action":
+                actions = actions[:, None, :]
         result = self.manager.chunk_step(actions)
         terminated = torch.from_numpy(result.terminations[:, -1:].copy())
         if self.ignore_terminations:
@@ -148,14 +196,16 @@ class EnvfleetEnv(EnvBase):  # type: ignore[misc]
         except TypeError:  # TorchRL releases before raise_if_closed
             super().close()
 
-    @staticmethod
-    def _obs(obs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    def _obs(self, obs: dict[str, np.ndarray]) -> dict[str, Any]:
+        if self.own is not None:
+            return self.own.observation(obs)
         return {key: torch.from_numpy(value) for key, value in obs.items()}
 
 
 def make_env(config: Any, **options: Any) -> EnvfleetEnv:
     """A batched TorchRL env over envfleet: ``config`` as :func:`envfleet.load_config` takes it.
 
-    Options: ``step`` (``"chunk"`` or ``"action"``), ``mode``, ``stage_id``, ``backend``; the simulator starts here.
+    Options: ``step`` (``"chunk"`` or ``"action"``), ``mode``, ``stage_id``, ``backend``, ``spaces`` and
+    ``categorical_action_encoding``; the simulator starts here.
     """
     return EnvfleetEnv(config, **options)

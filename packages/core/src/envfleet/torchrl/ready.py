@@ -59,8 +59,9 @@ class EnvfleetFirstReadyEnv(EnvfleetEnv):
             env_index = tensordict.get(self.env_index_key)
         ids = _as_ids(env_index)
         action = tensordict.get("action").detach().cpu()
-        action = action.reshape(len(ids), *action.shape[-2:])
-        self._local.send_chunk(np.asarray(ids, dtype=np.int64), action.numpy())
+        action = action.reshape(len(ids), *self.action_spec.shape[1:])
+        rows = action.numpy() if self.own is None else self.own.actions(action, len(ids))
+        self._local.send_chunk(np.asarray(ids, dtype=np.int64), rows)
         for row, env in enumerate(ids):
             self._sent[env] = action[row]
 
@@ -75,7 +76,7 @@ class EnvfleetFirstReadyEnv(EnvfleetEnv):
         rows = len(ids)
         following = TensorDict(
             {
-                **{key: torch.from_numpy(value) for key, value in result.obs.items()},
+                **self._obs(result.obs),
                 "reward": torch.from_numpy(result.rewards.sum(axis=1, keepdims=True).astype(np.float32)),
                 "done": terminated | truncated,
                 "terminated": terminated,
@@ -84,7 +85,7 @@ class EnvfleetFirstReadyEnv(EnvfleetEnv):
             },
             batch_size=[rows],
         )
-        action = torch.stack([self._sent.pop(env) for env in ids]) if ids else torch.zeros(0, self.manager.chunk, self.manager.action_dim)
+        action = torch.stack([self._sent.pop(env) for env in ids]) if ids else self.action_spec.zero()[:0]
         return TensorDict(
             {self.env_index_key: torch.tensor(ids, dtype=torch.int64), "action": action, "next": following}, batch_size=[rows]
         )
