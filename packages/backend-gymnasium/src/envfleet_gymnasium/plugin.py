@@ -22,6 +22,7 @@ from .carry import Layout, action_layout, observation_layout
 from .case import AUTO, Case, GymnasiumConfig
 from .layout import choose
 from .probe import probe
+from .spaces import native_spaces
 
 __all__ = [
     "GymnasiumConfig",
@@ -212,6 +213,7 @@ def envfleet_register_backends(registry: BackendRegistry) -> None:
             envs_per_process=envs_per_process,
             in_process=True,
             default_in_process=default_in_process,
+            spaces=native_spaces,
             protocol_parts=protocol_parts,
             config_findings=doctor_findings,
             action_dim=None,
