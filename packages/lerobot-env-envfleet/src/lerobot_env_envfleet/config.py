@@ -5,7 +5,9 @@ under a type name; ``lerobot-eval`` imports this package first (every installed
 ``lerobot_env_*`` distribution), which registers this class. Its fields say which envfleet
 backend, suite and tasks to run and how envfleet's config is built; ``create_envs`` returns
 LeRobot's ``{suite: {task_id: VectorEnv}}`` of envfleet-backed envs
-(:class:`~lerobot_env_envfleet.vector_env.LeRobotTaskEnv`).
+(:class:`~lerobot_env_envfleet.vector_env.LeRobotTaskEnv`), or ``{suite_group: {task_id: VectorEnv}}``
+for a suite whose backend groups its tasks (LIBERO-plus: one group per perturbation dimension), so
+that ``lerobot-eval`` reports a row per group.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from omegaconf import DictConfig
 from envfleet import load_config
 from envfleet.plugins import get_backend
 
-from .vector_env import LeRobotTaskEnv, suite_envs
+from .vector_env import LeRobotTaskEnv, grouped_suite_envs, suite_envs
 
 __all__ = ["DEFAULT_CAMERA_NAMES", "EnvfleetEnvConfig"]
 
@@ -116,7 +118,10 @@ class EnvfleetEnvConfig(EnvConfig):
     def create_envs(self, n_envs: int, use_async_envs: bool = False) -> dict[str, dict[int, LeRobotTaskEnv]]:
         """``{suite: {task_id: VectorEnv}}``, ``n_envs`` envs per task, each task's simulators started at its first reset.
 
-        ``use_async_envs`` changes nothing: envfleet's envs always run in simulator processes of their own.
+        Where the backend groups a suite's tasks (``BackendSpec.task_groups``: LIBERO-plus's perturbation
+        dimensions), one entry per group instead, ``{suite}_{group}``, holding that group's tasks: the outer
+        key is what ``lerobot-eval`` aggregates by (``per_group``). ``use_async_envs`` changes nothing:
+        envfleet's envs always run in simulator processes of their own.
         """
         if n_envs < 1:
             raise ValueError(f"n_envs must be >= 1, got {n_envs}")
@@ -124,5 +129,9 @@ class EnvfleetEnvConfig(EnvConfig):
         for suite in self.suites():
             cfg = self.envfleet_config(n_envs, suite)
             name = suite or str(cfg.train.get("task_suite_name") or cfg.train.simulator_type)
-            out[name] = suite_envs(cfg, self, task_ids=self.task_ids)
+            grouped = grouped_suite_envs(cfg, self, task_ids=self.task_ids)
+            if grouped:
+                out.update({f"{name}_{group}": envs for group, envs in grouped.items()})
+            else:
+                out[name] = suite_envs(cfg, self, task_ids=self.task_ids)
         return out

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     # type's two sides (what the user types, what it builds), as LeRobot's own env packages keep them.
     from .config import EnvfleetEnvConfig
 
-__all__ = ["NEW_ROLLOUT_OPTION", "LeRobotTaskEnv", "episode_bound", "suite_envs"]
+__all__ = ["NEW_ROLLOUT_OPTION", "LeRobotTaskEnv", "episode_bound", "grouped_suite_envs", "suite_envs", "task_groups"]
 
 #: The reset option ``lerobot_eval.rollout`` passes at the start of a rollout (lerobot.envs.utils).
 NEW_ROLLOUT_OPTION = "lerobot_new_rollout"
@@ -213,3 +213,33 @@ def suite_envs(cfg: DictConfig, env_config: EnvfleetEnvConfig, task_ids: list[in
         fleet.close()
         raise
     return {tasks[0]: first, **{t: LeRobotTaskEnv(cfg, env_config, t) for t in tasks[1:]}}
+
+
+def task_groups(cfg: DictConfig) -> dict[int, str]:
+    """``{task id: group}``: the backend's grouping of the suite's tasks (``BackendSpec.task_groups``, e.g.
+    LIBERO-plus's perturbation dimension), the one ``envfleet rollout`` reports by; empty where it has none."""
+    groups = get_backend(str(cfg.train.simulator_type)).task_groups
+    return {} if groups is None else {int(task): str(group) for task, group in groups(cfg.train).items()}
+
+
+def grouped_suite_envs(
+    cfg: DictConfig, env_config: EnvfleetEnvConfig, task_ids: list[int] | None = None
+) -> dict[str, dict[int, LeRobotTaskEnv]]:
+    """``{group: {task_id: LeRobotTaskEnv}}`` for one suite's config whose backend groups its tasks
+    (:func:`task_groups`), groups in the order of their first task; empty where it does not.
+
+    The tasks are listed from the config, so no simulator starts here; each task's envs start at their first reset.
+
+    :raises InvalidInputError: a task id the suite does not have.
+    """
+    of = task_groups(cfg)
+    if not of:
+        return {}
+    ids = sorted(of) if task_ids is None else [int(t) for t in task_ids]
+    unknown = [t for t in ids if t not in of]
+    if unknown:
+        raise InvalidInputError(f"task {unknown[0]} is not one of the suite's {len(of)} tasks ({min(of)} .. {max(of)}) (env.task_ids)")
+    out: dict[str, dict[int, LeRobotTaskEnv]] = {}
+    for task in ids:
+        out.setdefault(of[task], {})[task] = LeRobotTaskEnv(cfg, env_config, task)
+    return out
