@@ -208,7 +208,7 @@ class EpisodeTracker:
 
     def steps_left(self) -> np.ndarray:
         """Per env, the sub-steps its episode may still run before ``max_episode_steps`` truncates it (0: finished)."""
-        return np.where(self.done, 0, np.maximum(self.max_episode_steps - self.length, 0))
+        return (self.max_episode_steps - self.length) * ~self.done  # a running episode is shorter than the limit
 
     def record_chunk(
         self,
@@ -316,7 +316,7 @@ class EpisodeTracker:
                     self.success_once[i] = True
             for k in range(m, chunk):  # finished envs keep the flag that ended them, and their last success
                 row_terms[k], row_truncs[k], row_succ[k] = end_term[i], end_trunc[i], last
-            ret[i], last_success[i] = total, last
+            ret[i], last_success[i] = float(total), last  # a float32 as a float: exact, and exact back
             rewards[i] = row_rewards
             terminations[i] = row_terms
             truncations[i] = row_truncs

@@ -78,7 +78,7 @@ class ReplyMerger:
         descriptions = [d for r in replies for d in r.descriptions]
         layout = replies[0].layout
         if not restarted and layout is not None and all(r.layout is layout and not r.others for r in replies):
-            flags, infos = split_reply(layout.join([r.raw for r in replies]))
+            flags, infos = layout.join_split([r.raw for r in replies])
             if self._fast_layouts.get(command) is not layout:
                 self._fast_layouts[command] = layout
                 self._info_templates[command].update({key: (value.dtype, value.shape[1:]) for key, value in infos.items()})

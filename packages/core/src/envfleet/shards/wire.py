@@ -141,6 +141,7 @@ class Layout:
             offset += size
         self.nbytes = offset
         self._plans: dict[int, Any] = {}
+        self._split_plans: dict[int, Any] = {}
 
     def unpack(self, raw: bytes) -> dict[str, np.ndarray]:
         """One shard's bytes as ``{name: array}`` (writable copies)."""
@@ -163,6 +164,21 @@ class Layout:
         flat = np.frombuffer(b"".join(raws), dtype=np.uint8).take(perm)
         return {name: flat[start:stop].view(dtype).reshape(shape) for name, start, stop, dtype, shape in slots}
 
+    def join_split(self, raws: list[bytes]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """:meth:`join` then :func:`split_reply`, in one pass: each field an array made straight over the
+        gathered bytes, under its own name (per layout and shard count, the names are split once)."""
+        plan = self._split_plans.get(len(raws))
+        if plan is None:
+            perm, slots = self._plans.get(len(raws)) or self._join_plan(len(raws))
+            self._plans[len(raws)] = (perm, slots)
+            plan = self._split_plans[len(raws)] = (perm, _split_slots(slots))
+        perm, (flag_slots, info_slots) = plan
+        flat = np.frombuffer(b"".join(raws), dtype=np.uint8).take(perm)
+        ndarray = np.ndarray
+        flags = {name: ndarray(shape, dtype, flat, start) for name, start, dtype, shape in flag_slots}
+        infos = {name: ndarray(shape, dtype, flat, start) for name, start, dtype, shape in info_slots}
+        return flags, infos
+
     def _join_plan(self, count: int) -> tuple[np.ndarray, list[tuple[str, int, int, np.dtype[Any], tuple[int, ...]]]]:
         # Fields are placed widest dtype first: each block's size is a multiple of its
         # itemsize, so every later block starts aligned for its own dtype.
@@ -181,6 +197,17 @@ class Layout:
             for i, (name, dtype, shape, _, size) in enumerate(self.entries)
         ]
         return perm, slots
+
+
+def _split_slots(slots: list[tuple[str, int, int, np.dtype[Any], tuple[int, ...]]]) -> tuple[list[Any], list[Any]]:
+    """A join plan's slots as ``(flag slots, info slots)``, each ``(name without its prefix, start, dtype, shape)``."""
+    flags, infos = [], []
+    for name, start, _, dtype, shape in slots:
+        if name.startswith(_FLAG):
+            flags.append((name[len(_FLAG) :], start, dtype, shape))
+        elif name.startswith(_INFO):
+            infos.append((name[len(_INFO) :], start, dtype, shape))
+    return flags, infos
 
 
 def split_reply(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
