@@ -64,7 +64,7 @@ def step_seconds(env: Any, seed: int) -> float | None:
     ``train.gymnasium.envs_per_process: auto`` picks the layout from it."""
     try:
         env.action_space.seed(seed)
-        times = []
+        times: list[float] = []
         spent = 0.0
         while len(times) < TIMED_STEPS and (not times or spent < TIMED_SECONDS):
             action = env.action_space.sample()

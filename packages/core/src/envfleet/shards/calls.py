@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -97,7 +98,7 @@ class ShardCalls:
         ctx = dataclasses.replace(self.context, num_envs=shard.num_envs, shard_id=shard.index, env_offset=shard.env_slice.start)
         request = InitRequest(self.spec.env_factory, self.cfg_container, ctx.__dict__, shard.block.name, shard.layout.to_wire())
         if getattr(shard, "local", False):  # train.in_process: the env is built here, under this Python and environment
-            shard.launch(None, None, request)
+            shard.launch(sys.executable, None, request)
             return
         # train.simulator_python: the worker's own Python, or a venv of the simulator's (checked once).
         python, env = shard_command(self.env_cfg, self.spec)

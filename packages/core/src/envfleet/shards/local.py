@@ -33,8 +33,9 @@ class LocalShard(ShardHandle):
         self.server: ShardServer | None = None
         self._pending: tuple[str, Any] | None = None
 
-    def launch(self, python: str | None, env: dict[str, str] | None, request: InitRequest) -> None:
-        """Make the server object here and queue the init request (run by :meth:`reply_within`)."""
+    def launch(self, python: str, env: dict[str, str] | None, request: InitRequest) -> None:
+        """Make the server object here and queue the init request (run by :meth:`reply_within`); ``python`` and
+        ``env`` are this process's own, whatever is passed."""
         self.forget_reply()
         self.server = ShardServer(None)
         self.answered = set()
