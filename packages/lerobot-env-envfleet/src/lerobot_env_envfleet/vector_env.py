@@ -111,7 +111,9 @@ class LeRobotTaskEnv(VectorEnv):  # type: ignore[misc]
         if self.closed:
             raise gym.error.ClosedEnvironmentError(f"the envs of task {self.task_id} are closed; make new ones with make_env()")
         if self._fleet is None:
-            self._adopt(make_vector_env(self.config, autoreset_mode=self.autoreset_mode, step="chunk", render_mode="rgb_array"))
+            self._adopt(
+                make_vector_env(self.config, autoreset_mode=self.autoreset_mode, step="chunk", render_mode="rgb_array", spaces="flat")
+            )
         assert self._fleet is not None
         return self._fleet
 
@@ -205,7 +207,7 @@ def suite_envs(cfg: DictConfig, env_config: EnvfleetEnvConfig, task_ids: list[in
     simulators start now, to list the suite's tasks, and serve that task."""
     if task_ids is not None:
         return {int(t): LeRobotTaskEnv(cfg, env_config, int(t)) for t in task_ids}
-    fleet = make_vector_env(cfg, autoreset_mode=env_config.autoreset_mode, step="chunk", render_mode="rgb_array")
+    fleet = make_vector_env(cfg, autoreset_mode=env_config.autoreset_mode, step="chunk", render_mode="rgb_array", spaces="flat")
     try:
         tasks = sorted(set(fleet.manager.get_state_task_ids().tolist()))
         first = LeRobotTaskEnv(cfg, env_config, tasks[0], fleet=fleet)
