@@ -31,7 +31,7 @@ from .probe import probe
 __all__ = ["ROUND_TRIP_S", "Choice", "cores", "choose"]
 
 #: What one call to shard processes costs beyond the envs' own steps, in seconds (docs/benchmarks.md).
-ROUND_TRIP_S = 250e-6
+ROUND_TRIP_S = 350e-6
 
 
 def cores() -> int:
