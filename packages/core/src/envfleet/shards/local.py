@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 from typing import Any
 
 from .handle import Deadline, ShardHandle
@@ -45,7 +46,7 @@ class LocalShard(ShardHandle):
         """Queue ``command``: it runs when its reply is asked for, after the other shards got theirs."""
         if self.server is None:
             return
-        self.in_flight, self.in_flight_since = command.value, 0.0
+        self.in_flight, self.in_flight_since = command.value, time.monotonic()
         self._pending = (command.value, None if argument is None else tuple(argument))
 
     def reply_within(self, deadline: Deadline) -> Reply:
