@@ -48,6 +48,7 @@ import numpy as np
 
 from .env import ArraySpec, ObservationSpec
 from .errors import InvalidInputError, PluginContractError
+from .validation import to_numpy
 
 __all__ = ["LEAVES", "Leaf", "Observation", "ActionForm", "OwnSpaces", "chunked", "own_spaces", "space_text"]
 
@@ -213,9 +214,7 @@ class ActionForm:
         :raises InvalidInputError: another shape; floats for a discrete space; a value outside the space,
             naming the env (and the action of the chunk).
         """
-        if hasattr(actions, "detach") and hasattr(actions, "cpu"):  # a torch tensor
-            actions = actions.detach().cpu().numpy()
-        arr = np.asarray(actions)
+        arr = np.asarray(to_numpy(actions))
         expected = (num_envs, *self.shape)
         if arr.shape != expected:
             raise InvalidInputError(

@@ -20,10 +20,11 @@ import numpy as np
 from .errors import InvalidInputError
 from .states import StateTable  # its home until states.py gathered every way of choosing a state
 
-__all__ = ["StateTable", "as_env_ids", "as_ids", "check_actions", "check_delays", "check_reset_ids"]
+__all__ = ["StateTable", "as_env_ids", "as_ids", "check_actions", "check_delays", "check_reset_ids", "to_numpy"]
 
 
-def _to_numpy(value: Any) -> Any:
+def to_numpy(value: Any) -> Any:
+    """A torch tensor as a numpy array (detached, on the CPU); anything else as it is."""
     if type(value) is not np.ndarray and hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
         return value.detach().cpu().numpy()
     return value
@@ -35,7 +36,7 @@ def as_ids(name: str, ids: Any, num_envs: int) -> np.ndarray:
     :param name: what the ids are called in the message (``"state_ids"``, ``"task_ids"``).
     :raises InvalidInputError: the shape is not ``(num_envs,)`` or the values are not integers.
     """
-    arr = np.asarray(_to_numpy(ids))
+    arr = np.asarray(to_numpy(ids))
     if arr.shape != (num_envs,):
         raise InvalidInputError(f"{name} must have shape ({num_envs},) (one per env of the stage), got {arr.shape}")
     if arr.dtype.kind not in "iu":
@@ -50,7 +51,7 @@ def as_env_ids(env_ids: Any, num_envs: int) -> np.ndarray:
 
     :raises InvalidInputError: not 1-D, not integers, out of range or repeated.
     """
-    arr = np.asarray(_to_numpy(env_ids))
+    arr = np.asarray(to_numpy(env_ids))
     if arr.ndim != 1:
         raise InvalidInputError(f"env_ids must be a 1-D array of env indices, got shape {arr.shape}")
     if arr.size and arr.dtype.kind not in "iu":
@@ -70,7 +71,7 @@ def check_actions(actions: Any, num_envs: int, action_dim: int, chunk: int | Non
     :param chunk: the chunk length expected; ``None`` accepts any.
     :raises InvalidInputError: saying what was expected and what came.
     """
-    actions = _to_numpy(actions)
+    actions = to_numpy(actions)
     if not isinstance(actions, np.ndarray):
         raise InvalidInputError(f"actions must be a numpy array [num_envs, chunk, action_dim], got {type(actions).__name__}")
     if actions.ndim != 3 or actions.shape[0] != num_envs or actions.shape[2] != action_dim or chunk not in (None, actions.shape[1]):
@@ -95,7 +96,7 @@ def check_delays(delays: Any, num_envs: int) -> np.ndarray:
 
     :raises InvalidInputError: saying what was expected and what came.
     """
-    delays = _to_numpy(delays)
+    delays = to_numpy(delays)
     if not isinstance(delays, np.ndarray) or delays.shape != (num_envs,) or delays.dtype.kind not in "iuf":
         got = f"{delays.dtype}{list(delays.shape)}" if isinstance(delays, np.ndarray) else type(delays).__name__
         raise InvalidInputError(f"delays must be {num_envs} whole numbers of sub-steps, one per env, got {got}")

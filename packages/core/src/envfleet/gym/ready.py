@@ -22,7 +22,7 @@ from gymnasium.vector import AutoresetMode
 
 from ..errors import ConfigError, InvalidInputError
 from ..remote.config import in_process_manager
-from ..validation import as_env_ids
+from ..validation import as_env_ids, to_numpy
 from .infos import chunk_infos
 from .vector_env import EnvfleetVectorEnv
 
@@ -62,9 +62,7 @@ class EnvfleetFirstReadyVectorEnv(EnvfleetVectorEnv):
         if self.own is not None:  # the env's own action space: its own form checked and made rows
             self._local.send_chunk(ids, self._chunk_actions(actions, len(ids)))
             return
-        if hasattr(actions, "detach") and hasattr(actions, "cpu"):  # a torch tensor
-            actions = actions.detach().cpu().numpy()
-        arr = np.asarray(actions, dtype=np.float32)
+        arr = np.asarray(to_numpy(actions), dtype=np.float32)
         expected = (len(ids), *self._action_shape)
         if arr.shape != expected:
             raise InvalidInputError(f"actions must have shape {list(expected)} (one row per env of env_ids), got {list(arr.shape)}")

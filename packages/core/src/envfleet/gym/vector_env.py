@@ -47,6 +47,7 @@ from ..faces import StateWalk, as_config, check_face_execution
 from ..plugins import BackendSpec
 from ..remote.config import build_manager
 from ..spaces import OwnSpaces, own_spaces
+from ..validation import to_numpy
 from .infos import chunk_infos, masked_infos, merge_infos, object_column
 from .spaces import space
 
@@ -316,9 +317,7 @@ class EnvfleetVectorEnv(VectorEnv):  # type: ignore[misc]
         n = self.num_envs if num_envs is None else num_envs
         if self.own is not None:
             return self.own.action.rows(actions, n)
-        if hasattr(actions, "detach") and hasattr(actions, "cpu"):  # a torch tensor
-            actions = actions.detach().cpu().numpy()
-        arr = np.asarray(actions)
+        arr = np.asarray(to_numpy(actions))
         expected = (n, *self._action_shape)
         if arr.shape != expected:
             raise InvalidInputError(

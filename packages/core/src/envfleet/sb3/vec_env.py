@@ -38,6 +38,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvO
 
 from ..errors import ClosedEnvironmentError, InvalidInputError, LifecycleError
 from ..gym import EnvfleetVectorEnv
+from ..validation import to_numpy
 
 __all__ = ["RESET_OPTIONS", "EnvfleetVecEnv", "make_vec_env"]
 
@@ -109,9 +110,7 @@ class EnvfleetVecEnv(VecEnv):  # type: ignore[misc]
         self._check_open()
         if not self._started:
             raise LifecycleError("call reset() before step(): no env has an episode yet")
-        if hasattr(actions, "detach") and hasattr(actions, "cpu"):  # a torch tensor
-            actions = actions.detach().cpu().numpy()
-        arr = np.asarray(actions)
+        arr = np.asarray(to_numpy(actions))
         expected = (self.num_envs, *(self.action_space.shape or ()))
         if arr.shape != expected:
             if self.vector_env.own is not None:
