@@ -229,11 +229,10 @@ class BackendSpec:
             process of its own.
         """
         asked = section.get("in_process")
+        execution = section.get("execution")
+        wall = execution is not None and str(execution.get("clock", "sim")) == "wall"
         if asked is None:
-            if self.default_in_process is None or not self.in_process or section.get("simulator_python"):
-                return False
-            execution = section.get("execution")
-            if execution is not None and str(execution.get("clock", "sim")) == "wall":
+            if self.default_in_process is None or not self.in_process or section.get("simulator_python") or wall:
                 return False
             return bool(self.default_in_process(section, int(section.num_envs), chunk))
         if not asked:
@@ -248,8 +247,7 @@ class BackendSpec:
                 f"config key '{mode}.in_process' is true, but '{mode}.simulator_python' is {section.simulator_python!r}: envs in the "
                 "caller's process run under the caller's Python; drop one of the two keys"
             )
-        execution = section.get("execution")
-        if execution is not None and str(execution.get("clock", "sim")) == "wall":
+        if wall:
             raise ConfigError(
                 f"config key '{mode}.in_process' is true, but '{mode}.execution.clock' is wall: the wall clock's control loop runs "
                 "in a shard process of its own; use clock: sim, or in_process: false"
