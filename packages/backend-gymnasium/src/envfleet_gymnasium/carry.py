@@ -30,6 +30,7 @@ import numpy as np
 
 from envfleet.env import ArraySpec, ObservationSpec
 from envfleet.errors import ConfigError, InvalidInputError
+from envfleet.spaces import space_text
 
 __all__ = [
     "RENDER_KEY",
@@ -50,11 +51,6 @@ __all__ = [
 RENDER_KEY = "full_image"
 #: The spaces carried as arrays.
 CARRIED = ("Box", "Discrete", "MultiDiscrete", "MultiBinary")
-
-
-def space_text(desc: Mapping[str, Any]) -> str:
-    """A space's description as gymnasium prints the space (its ``repr``, recorded by the probe)."""
-    return str(desc.get("repr") or desc.get("type"))
 
 
 @dataclass(frozen=True)
