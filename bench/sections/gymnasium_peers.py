@@ -96,19 +96,14 @@ def vector_rate(env: str, n: int, kind: str) -> float:
         venv = SubprocVecEnv([lambda: gymnasium.make(env_id) for _ in range(n)], start_method="fork")
         venv.seed(0)
         venv.reset()
-
-        def chunk(k: int) -> None:
-            for a in steps[k]:
-                venv.step(a)
-
     else:
         cls = gymnasium.vector.SyncVectorEnv if kind == "sync" else gymnasium.vector.AsyncVectorEnv
         venv = cls([lambda: gymnasium.make(env_id) for _ in range(n)])
         venv.reset(seed=list(range(n)))
 
-        def chunk(k: int) -> None:
-            for a in steps[k]:
-                venv.step(a)
+    def chunk(k: int) -> None:
+        for a in steps[k]:
+            venv.step(a)
 
     try:
         return _rate(chunk, n)
